@@ -1,0 +1,29 @@
+"""Evaluation: answer and retrieval metrics, and the statistics reported over them."""
+
+from rolecall.evaluation.metrics import (
+    cover_exact_match,
+    exact_match,
+    f1_precision_recall,
+    f1_score,
+    ndcg_at_k,
+    normalize_answer,
+    qa_scores,
+    recall_at_k,
+)
+from rolecall.evaluation.stats import avg_at_k, mean_and_ci, pass_at_k
+
+__all__ = [
+    # metrics
+    "normalize_answer",
+    "exact_match",
+    "f1_score",
+    "f1_precision_recall",
+    "cover_exact_match",
+    "qa_scores",
+    "recall_at_k",
+    "ndcg_at_k",
+    # stats
+    "mean_and_ci",
+    "avg_at_k",
+    "pass_at_k",
+]

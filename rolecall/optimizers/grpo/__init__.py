@@ -1,0 +1,28 @@
+"""GRPO core: group advantages, the clipped policy loss, per-token log-probs and the config (pure torch)."""
+
+from rolecall.optimizers.grpo.advantages import (
+    AdvantageScale,
+    gradient_mask,
+    group_advantages,
+    role_normalized_advantages,
+    teacher_token_advantages,
+)
+from rolecall.optimizers.grpo.config import GRPOConfig
+from rolecall.optimizers.grpo.logprobs import build_completion_batch, ref_logprobs, sequence_logprobs
+from rolecall.optimizers.grpo.loss import LossType, grpo_loss, per_token_kl_k3, selective_log_softmax
+
+__all__ = [
+    "AdvantageScale",
+    "GRPOConfig",
+    "LossType",
+    "build_completion_batch",
+    "gradient_mask",
+    "group_advantages",
+    "grpo_loss",
+    "per_token_kl_k3",
+    "ref_logprobs",
+    "role_normalized_advantages",
+    "selective_log_softmax",
+    "sequence_logprobs",
+    "teacher_token_advantages",
+]
