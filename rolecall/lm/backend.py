@@ -1,0 +1,219 @@
+"""The shared model behind every :class:`~rolecall.lm.local.LocalLM` view: weights, tokenizer, LoRA adapters, batcher.
+
+One backend holds one base model. Role views (``lm.for_role("plan")``) are LoRA adapters on it, created on first use;
+they share the base weights, and their requests share batches (PEFT's mixed-adapter ``adapter_names``). A re-entrant
+lock serialises forward passes and optimizer steps so a trainer can update an adapter in place while other threads
+keep generating.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rolecall.errors import ConfigError, ModelLoadError
+from rolecall.lm.batching import RequestBatcher
+from rolecall.lm.embedded import resolve_model_path
+from rolecall.lm.generation import Completion, GenerationRequest, generate_batch
+
+__all__ = ["ModelBackend", "default_lora_config"]
+
+logger = logging.getLogger(__name__)
+
+
+def default_lora_config(**overrides: Any) -> Any:
+    """The LoRA config role adapters get unless one is given: r=8, alpha=32 (STRIDE-FT), all attention and MLP
+    projections, dropout 0."""
+    from peft import LoraConfig
+
+    kwargs: dict[str, Any] = dict(
+        r=8,
+        lora_alpha=32,
+        lora_dropout=0.0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        task_type="CAUSAL_LM",
+    )
+    kwargs.update(overrides)
+    return LoraConfig(**kwargs)
+
+
+def _pick_device(device: str | None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype == "auto":
+        # bf16 on GPUs; fp32 on CPUs, where it is exact and (for a 135M model on 2 cores) no slower
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in table:
+        raise ConfigError(f"dtype must be one of {['auto', *table]}, got {dtype!r}")
+    return table[dtype]
+
+
+class ModelBackend:
+    """Weights, tokenizer, adapters and request batcher shared by all views of one LocalLM.
+
+    Args:
+        model: a model name (``"embedded:smollm2-135m-instruct"``), a local directory, a hub id, or an already loaded
+            ``PreTrainedModel`` (then ``tokenizer`` is required).
+        tokenizer: a tokenizer, when ``model`` is an object.
+        device: ``"cpu"``, ``"cuda"``...; defaults to CUDA when available.
+        dtype: ``"auto"``, ``"float32"``, ``"bfloat16"``, ``"float16"`` or a torch dtype.
+        lora_config: the ``peft.LoraConfig`` new role adapters get (default :func:`default_lora_config`).
+        max_batch_rows: most sample rows per forward batch.
+        max_wait_ms: how long the batcher waits to fill a batch.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        tokenizer: Any = None,
+        device: str | None = None,
+        dtype: str | torch.dtype = "auto",
+        lora_config: Any = None,
+        max_batch_rows: int = 32,
+        max_wait_ms: float = 15.0,
+    ) -> None:
+        self.device = _pick_device(device)
+        self.lock = threading.RLock()
+        if isinstance(model, (str, Path)):
+            self.name = str(model)
+            self.model, self.tokenizer = self._load(str(model), _pick_dtype(dtype, self.device))
+        else:
+            if tokenizer is None:
+                raise ConfigError("A model object needs its tokenizer: LocalLM(model=model, tokenizer=tokenizer)")
+            self.name = getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__
+            self.model, self.tokenizer = model.to(self.device), tokenizer
+        self.model.eval()
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.lora_config = lora_config
+        self.adapter_versions: dict[str, int] = {}
+        self.eos_token_ids = self._eos_ids()
+        self.batcher = RequestBatcher(self._run_batch, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms)
+
+    # ------------------------------------------------------------------ loading
+    def _load(self, name: str, dtype: torch.dtype) -> tuple[Any, Any]:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = resolve_model_path(name)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        except OSError as exc:
+            raise ModelLoadError(
+                f"Could not load model {name!r} (resolved to {path!r}): {exc}. Use the embedded default "
+                "(LocalLM()), a local model directory, or a hub id while online."
+            ) from exc
+        logger.info("Loaded %s (%s) on %s", name, dtype, self.device)
+        return model.to(self.device), tokenizer
+
+    def _eos_ids(self) -> list[int]:
+        ids = {self.tokenizer.eos_token_id}
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        if isinstance(gen_eos, int):
+            ids.add(gen_eos)
+        elif isinstance(gen_eos, (list, tuple)):
+            ids.update(gen_eos)
+        return sorted(i for i in ids if i is not None)
+
+    # ------------------------------------------------------------------ prompts
+    def encode_messages(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Token ids of a chat conversation with the generation prompt appended."""
+        if getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                ids = ids["input_ids"]
+            return list(ids)
+        text = "\n\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\n\nassistant:"
+        return self.tokenizer(text)["input_ids"]
+
+    # ------------------------------------------------------------------ adapters
+    @property
+    def is_peft(self) -> bool:
+        """Whether the model carries LoRA adapters yet."""
+        return hasattr(self.model, "peft_config")
+
+    @property
+    def adapters(self) -> list[str]:
+        """Names of the LoRA adapters on the model."""
+        return list(self.model.peft_config) if self.is_peft else []
+
+    def ensure_adapter(self, name: str) -> None:
+        """Create LoRA adapter ``name`` (initialised to the identity, B = 0) unless it exists."""
+        if name in self.adapters:
+            return
+        from peft import get_peft_model
+
+        config = self.lora_config or default_lora_config()
+        with self.lock:
+            if not self.is_peft:
+                self.model = get_peft_model(self.model, config, adapter_name=name)
+            else:
+                self.model.add_adapter(name, config)
+            self.model.eval()
+            self.adapter_versions[name] = 0
+        logger.info("Created LoRA adapter %r", name)
+
+    def save_adapter(self, name: str, path: str | Path) -> None:
+        """Write adapter ``name`` to ``path`` in PEFT format (``adapter_config.json`` + safetensors)."""
+        if name not in self.adapters:
+            raise ConfigError(f"No adapter named {name!r}; existing adapters: {self.adapters}")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        with self.lock:
+            self.model.save_pretrained(str(path), selected_adapters=[name], safe_serialization=True)
+        # PEFT nests non-default adapters under a sub-folder named after them; flatten to one adapter per folder
+        nested = path / name
+        if nested.is_dir() and (nested / "adapter_config.json").is_file():
+            for f in nested.iterdir():
+                f.replace(path / f.name)
+            nested.rmdir()
+
+    def load_adapter(self, name: str, path: str | Path) -> None:
+        """Load a PEFT adapter from ``path`` as ``name`` (replacing an existing adapter of that name)."""
+        path = Path(path)
+        if not (path / "adapter_config.json").is_file():
+            raise ModelLoadError(f"{path} holds no PEFT adapter (adapter_config.json is missing)")
+        with self.lock:
+            if not self.is_peft:
+                from peft import PeftModel
+
+                self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name, is_trainable=True)
+            else:
+                if name in self.adapters:
+                    self.model.delete_adapter(name)
+                self.model.load_adapter(str(path), adapter_name=name, is_trainable=True)
+            self.model.eval()
+            self.adapter_versions[name] = self.adapter_versions.get(name, 0) + 1
+
+    def mark_updated(self, name: str) -> None:
+        """Record that adapter ``name``'s weights changed (trainers call this after each optimizer step)."""
+        self.adapter_versions[name] = self.adapter_versions.get(name, 0) + 1
+
+    # ------------------------------------------------------------------ generation
+    def _run_batch(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        with self.lock:
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                return generate_batch(self.model, self.tokenizer, requests, eos_token_ids=self.eos_token_ids)
+            finally:
+                if was_training:
+                    self.model.train()
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        """Submit several requests to the batcher at once and wait for all of them."""
+        futures = [self.batcher.submit(r) for r in requests]
+        return [f.result() for f in futures]
