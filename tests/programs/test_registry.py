@@ -1,0 +1,60 @@
+"""Tests of the program registry: names, lazy imports and the errors that list the valid choices."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from rolecall.errors import ConfigError
+from rolecall.programs import registry
+from rolecall.programs.registry import PROGRAMS, build_program, get_program_class, program_names
+
+
+class Echo:
+    def __init__(self, retriever=None, *, lm=None, **options):
+        self.retriever, self.lm, self.options = retriever, lm, options
+
+
+@pytest.fixture
+def fake_module(monkeypatch):
+    module = types.ModuleType("fake_registry_programs")
+    module.Echo = Echo
+    monkeypatch.setitem(sys.modules, "fake_registry_programs", module)
+    monkeypatch.setitem(registry.PROGRAMS, "echo", "fake_registry_programs:Echo")
+
+
+def test_the_issue_programs_are_registered():
+    assert {"opera", "no_retrieval_cot", "single_step_rag"} <= set(PROGRAMS)
+    assert program_names() == sorted(PROGRAMS)
+    assert all(":" in target for target in PROGRAMS.values())
+
+
+def test_unknown_name_lists_the_valid_ones():
+    with pytest.raises(ConfigError, match="unknown program 'nope'; choose one of: .*single_step_rag"):
+        get_program_class("nope")
+
+
+def test_build_program_passes_the_contract_arguments(fake_module):
+    assert get_program_class("echo") is Echo
+    program = build_program("echo", "retriever", "lm", max_steps=3)
+    assert (program.retriever, program.lm, program.options) == ("retriever", "lm", {"max_steps": 3})
+
+
+def test_broken_entries_are_config_errors(monkeypatch, fake_module):
+    monkeypatch.setitem(registry.PROGRAMS, "ghost", "rolecall.programs.no_such_module:Ghost")
+    with pytest.raises(ConfigError, match="does not exist"):
+        get_program_class("ghost")
+    monkeypatch.setitem(registry.PROGRAMS, "typo", "fake_registry_programs:Ehco")
+    with pytest.raises(ConfigError, match="has no 'Ehco'"):
+        get_program_class("typo")
+
+
+def test_a_missing_dependency_is_not_hidden(monkeypatch, tmp_path):
+    """A program module that exists but needs an uninstalled package raises that ImportError, not a ConfigError."""
+    (tmp_path / "fake_registry_needs_dep.py").write_text("import rolecall_test_missing_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(registry.PROGRAMS, "needs_dep", "fake_registry_needs_dep:Thing")
+    with pytest.raises(ModuleNotFoundError, match="rolecall_test_missing_dependency"):
+        get_program_class("needs_dep")

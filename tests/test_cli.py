@@ -1,0 +1,154 @@
+"""Tests of the ``rolecall`` command: help texts, argument errors, and ``eval`` end to end with a fake program."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import dspy
+import pytest
+
+from rolecall.cli import build_parser, main
+from rolecall.programs import registry
+from rolecall.programs.trajectory import Step, Trajectory
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class FakeRAG:
+    """Follows the program contract: answers with the title of the top passage (or ``options["fixed"]``)."""
+
+    calls = 0
+    last_options: dict = {}
+
+    def __init__(self, retriever=None, *, lm=None, **options):
+        self.retriever, self.lm, self.options = retriever, lm, options
+        FakeRAG.last_options = options
+
+    def __call__(self, question: str) -> dspy.Prediction:
+        FakeRAG.calls += 1
+        traj = Trajectory(question=question)
+        passages = self.retriever(question) if self.retriever is not None else []
+        traj.add(Step(kind="retrieval", role="search", outputs={"passage_ids": [p.id for p in passages]}))
+        answer = self.options.get("fixed") or (passages[0].title if passages else "")
+        return dspy.Prediction(answer=answer, trajectory=traj)
+
+
+class FakeLM:
+    """Stands in for LocalLM so the CLI tests load no model."""
+
+    def __init__(self, model, *, temperature=0.0, max_tokens=256):
+        self.model, self.temperature, self.max_tokens = model, temperature, max_tokens
+
+
+@pytest.fixture
+def fake_program(monkeypatch):
+    """Register FakeRAG as ``fake_rag`` and replace LocalLM by FakeLM."""
+    module = types.ModuleType("fake_rolecall_programs")
+    module.FakeRAG = FakeRAG
+    monkeypatch.setitem(sys.modules, "fake_rolecall_programs", module)
+    monkeypatch.setitem(registry.PROGRAMS, "fake_rag", "fake_rolecall_programs:FakeRAG")
+    monkeypatch.setattr("rolecall.lm.local.LocalLM", FakeLM)
+    FakeRAG.calls, FakeRAG.last_options = 0, {}
+    return FakeRAG
+
+
+def _subcommands() -> list[str]:
+    actions = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sorted(actions[0].choices)
+
+
+@pytest.mark.parametrize("argv", [["--help"]] + [[name, "--help"] for name in _subcommands()])
+def test_help_for_every_command(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: rolecall")
+    if len(argv) == 2:  # every subcommand takes -v
+        assert "--verbose" in out
+    if argv == ["eval", "--help"]:
+        for flag in ("--program", "--dataset", "--data-path", "--retriever", "--k", "--model", "--threads", "--out"):
+            assert flag in out
+        assert "examples:" in out and "(default: synthetic)" in out
+
+
+def test_no_command_prints_help(capsys):
+    assert main([]) == 2
+    assert "eval" in capsys.readouterr().err
+
+
+def test_unknown_program_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--program", "nope"])
+    assert exit_info.value.code == 2
+    assert "single_step_rag" in capsys.readouterr().err  # the valid choices are listed
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--threads", "0"], "--threads must be >= 1"),
+        (["--resume"], "--resume needs --out"),
+        (["--dataset", "flashrag"], "needs --data-path"),
+        (["--dataset", "hotpotqa", "--data-path", "missing.jsonl"], "does not exist"),
+        (["-o", "not a pair"], "KEY=VALUE"),
+    ],
+)
+def test_eval_configuration_errors(fake_program, extra, message, capsys):
+    assert main(["eval", "--program", "fake_rag", *extra]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_eval_synthetic_end_to_end_and_resume(fake_program, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["eval", "--program", "fake_rag", "--limit", "5", "--k", "2", "--threads", "3", "--out", str(out)]
+    assert main([*argv, "--no-progress", "-o", "note=1"]) == 0
+    printed = capsys.readouterr().out
+    assert "fake_rag on synthetic (5 questions, bm25 k=2)" in printed and "retrieval recall" in printed
+    assert fake_program.calls == 5 and fake_program.last_options == {"note": 1}
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 5 and all(len(r["retrieved_ids"]) <= 2 for r in records)
+    assert json.loads((out / "summary.json").read_text())["n"] == 5
+    assert json.loads((out / "config.json").read_text())["program"] == "fake_rag"
+
+    assert main([*argv, "--no-progress", "--resume"]) == 0  # nothing left to run
+    assert fake_program.calls == 5 and len((out / "records.jsonl").read_text().splitlines()) == 5
+
+
+def test_eval_flashrag_files_keep_corpus_ids(fake_program, tmp_path, capsys):
+    from rolecall.data.synthetic import synthetic_world
+
+    paths = synthetic_world(seed=1, n_train=5, n_dev=5, n_test=5).to_flashrag(tmp_path / "data")
+    argv = ["eval", "--program", "fake_rag", "--dataset", "flashrag", "--data-path", str(paths["test"])]
+    assert main([*argv, "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    n_questions = len(paths["test"].read_text().splitlines())
+    assert summary["n"] == n_questions and summary["retrieval_recall"] > 0  # gold ids match the corpus file's ids
+
+
+def test_eval_default_path_of_a_real_dataset(fake_program, shared_data, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO_ROOT)  # the defaults are ../shared/data/... from the working directory
+    argv = ["eval", "--program", "fake_rag", "--dataset", "musique", "--limit", "3", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 0
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["n"] == 3
+
+
+@pytest.mark.slow
+def test_eval_smoke_with_the_embedded_lm(tmp_path):
+    """The real thing: SingleStepRAG with SmolLM2-135M on 3 synthetic questions (skipped until the program exists)."""
+    if importlib.util.find_spec("rolecall.programs.baselines") is None:
+        pytest.skip("rolecall.programs.baselines (SingleStepRAG) is not in this tree yet")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rolecall.cli", "eval", "--program", "single_step_rag", "--dataset", "synthetic"]
+    cmd += ["--limit", "3", "--threads", "3", "--out", str(out), "--no-progress"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "EM" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n"] == 3 and summary["lm_calls"] >= 1
