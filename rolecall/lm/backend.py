@@ -53,8 +53,14 @@ def _pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
         return dtype
     table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if dtype == "auto":
-        # bf16 on GPUs; fp32 on CPUs, where it is exact and (for a 135M model on 2 cores) no slower
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        # bf16 on GPUs and on CPUs with native bf16 matmuls (AVX512-BF16 / AMX: about 3x the fp32 rate); fp32 elsewhere
+        if device.type == "cuda":
+            return torch.bfloat16
+        try:
+            native_bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):
+            native_bf16 = False
+        return torch.bfloat16 if native_bf16 else torch.float32
     if dtype not in table:
         raise ConfigError(f"dtype must be one of {['auto', *table]}, got {dtype!r}")
     return table[dtype]

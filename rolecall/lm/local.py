@@ -127,7 +127,8 @@ class LocalLM(dspy.LM):
         cache: use DSPy's response cache for greedy calls (sampled calls always bypass it). Defaults to True for
             named models and False for model objects (whose weights a name does not identify).
         device: ``"cpu"``, ``"cuda"``, ...; CUDA when available.
-        dtype: ``"auto"`` (bf16 on GPU, fp32 on CPU), ``"float32"``, ``"bfloat16"``, ``"float16"``.
+        dtype: ``"auto"`` (bf16 on GPUs and on CPUs with native bf16 matmuls, else fp32), ``"float32"``,
+            ``"bfloat16"``, ``"float16"``. Use ``"float32"`` where bit-exact log-probs matter more than speed.
         lora_config: ``peft.LoraConfig`` for new role adapters; default r=8, alpha=32 on all projections.
         max_batch_rows: most sample rows the batcher puts in one forward pass.
         max_wait_ms: how long the batcher waits to fill a batch.
