@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import types
@@ -13,7 +14,7 @@ from pathlib import Path
 import dspy
 import pytest
 
-from rolecall.cli import build_parser, main
+from rolecall.cli import _accepts, build_parser, main
 from rolecall.programs import registry
 from rolecall.programs.trajectory import Step, Trajectory
 
@@ -26,14 +27,14 @@ class FakeRAG:
     calls = 0
     last_options: dict = {}
 
-    def __init__(self, retriever=None, *, lm=None, **options):
-        self.retriever, self.lm, self.options = retriever, lm, options
-        FakeRAG.last_options = options
+    def __init__(self, retriever=None, *, lm=None, top_k=5, **options):
+        self.retriever, self.lm, self.top_k, self.options = retriever, lm, top_k, options
+        FakeRAG.last_options = {"top_k": top_k, **options}
 
     def __call__(self, question: str) -> dspy.Prediction:
         FakeRAG.calls += 1
         traj = Trajectory(question=question)
-        passages = self.retriever(question) if self.retriever is not None else []
+        passages = self.retriever(question, self.top_k) if self.retriever is not None else []
         traj.add(Step(kind="retrieval", role="search", outputs={"passage_ids": [p.id for p in passages]}))
         answer = self.options.get("fixed") or (passages[0].title if passages else "")
         return dspy.Prediction(answer=answer, trajectory=traj)
@@ -111,7 +112,7 @@ def test_eval_synthetic_end_to_end_and_resume(fake_program, tmp_path, capsys):
     assert main([*argv, "--no-progress", "-o", "note=1"]) == 0
     printed = capsys.readouterr().out
     assert "fake_rag on synthetic (5 questions, bm25 k=2)" in printed and "retrieval recall" in printed
-    assert fake_program.calls == 5 and fake_program.last_options == {"note": 1}
+    assert fake_program.calls == 5 and fake_program.last_options == {"note": 1, "top_k": 2}  # --k reaches top_k
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert len(records) == 5 and all(len(r["retrieved_ids"]) <= 2 for r in records)
     assert json.loads((out / "summary.json").read_text())["n"] == 5
@@ -119,6 +120,14 @@ def test_eval_synthetic_end_to_end_and_resume(fake_program, tmp_path, capsys):
 
     assert main([*argv, "--no-progress", "--resume"]) == 0  # nothing left to run
     assert fake_program.calls == 5 and len((out / "records.jsonl").read_text().splitlines()) == 5
+
+
+def test_k_reaches_top_k_of_dspy_module_programs():
+    class Program(dspy.Module):  # dspy's metaclass hides __init__ from inspect.signature(cls)
+        def __init__(self, retriever=None, *, lm=None, top_k: int = 5):
+            super().__init__()
+
+    assert _accepts(Program, "top_k") and not _accepts(Program, "max_steps")
 
 
 def test_eval_flashrag_files_keep_corpus_ids(fake_program, tmp_path, capsys):
@@ -146,9 +155,15 @@ def test_eval_smoke_with_the_embedded_lm(tmp_path):
         pytest.skip("rolecall.programs.baselines (SingleStepRAG) is not in this tree yet")
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "rolecall.cli", "eval", "--program", "single_step_rag", "--dataset", "synthetic"]
-    cmd += ["--limit", "3", "--threads", "3", "--out", str(out), "--no-progress"]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=150)
+    # Short prompts and completions keep it near a minute on 2 CPU cores (a 1.5k-token prompt costs ~10 s there).
+    cmd += ["--limit", "3", "--threads", "3", "--k", "2", "--max-tokens", "32", "-o", "demos=null"]
+    cmd += ["--out", str(out), "--no-progress"]
+    # One intra-op thread: on a shared 2-core machine torch's spinning OpenMP threads slow this 3-10x (measured).
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "EM" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n"] == 3 and summary["lm_calls"] >= 1
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert all(len(r["retrieved_ids"]) <= 2 for r in records)  # --k 2 reached the program's top_k

@@ -1,4 +1,4 @@
-"""Evaluation: answer and retrieval metrics, and the statistics reported over them."""
+"""Evaluation: answer and retrieval metrics, the statistics reported over them, and the parallel runner."""
 
 from rolecall.evaluation.metrics import (
     cover_exact_match,
@@ -10,6 +10,8 @@ from rolecall.evaluation.metrics import (
     qa_scores,
     recall_at_k,
 )
+from rolecall.evaluation.records import EvaluationRecord, EvaluationSummary, format_summary, read_records
+from rolecall.evaluation.runner import EvaluationResult, evaluate, evaluate_one
 from rolecall.evaluation.stats import avg_at_k, mean_and_ci, pass_at_k
 
 __all__ = [
@@ -26,4 +28,12 @@ __all__ = [
     "mean_and_ci",
     "avg_at_k",
     "pass_at_k",
+    # runner
+    "evaluate",
+    "evaluate_one",
+    "EvaluationResult",
+    "EvaluationRecord",
+    "EvaluationSummary",
+    "read_records",
+    "format_summary",
 ]

@@ -1,0 +1,348 @@
+"""The ``rolecall`` command.
+
+Subcommands:
+
+* ``rolecall eval``: build a dataset, its closed corpus, a retriever, the local LM and a registered program, evaluate
+  the program (:func:`rolecall.evaluation.evaluate`) and print the summary table.
+
+Example::
+
+    rolecall eval --program single_step_rag --dataset synthetic --limit 20 --threads 16
+    rolecall eval --program opera --dataset hotpotqa --retriever dense --k 5 --out runs/opera-hotpot
+    rolecall eval --program opera --dataset hotpotqa --out runs/opera-hotpot --resume    # continue a killed run
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rolecall.errors import ConfigError, RolecallError
+from rolecall.programs.registry import get_program_class, program_names
+
+__all__ = ["main", "build_parser"]
+
+logger = logging.getLogger("rolecall.cli")
+
+DATASET_CHOICES = ("synthetic", "hotpotqa", "2wiki", "musique", "flashrag")
+
+# Default files of the real dev subsets, relative to the working directory (a checkout beside shared/data).
+DEFAULT_DATA_PATHS: dict[str, Path] = {
+    "hotpotqa": Path("../shared/data/hotpotqa/hotpot_dev_distractor_600.jsonl"),
+    "2wiki": Path("../shared/data/2wikimultihopqa/2wiki_dev_243.json"),
+    "musique": Path("../shared/data/musique/musique_ans_dev_55.jsonl"),
+}
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the hand-wrapped description and examples (defaults are written into each help string)."""
+
+
+# ---------------------------------------------------------------------------------------------------------- parser
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log more: -v for INFO, -vv for DEBUG (default WARNING)"
+    )
+
+
+def _add_eval_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a program on a dataset (EM, F1, steps, tokens, latency) and write per-question records",
+        description="Evaluate a registered program on a dataset with a closed corpus.\n\n"
+        "Writes OUT/records.jsonl (one line per finished question, so --resume continues a killed run),\n"
+        "OUT/summary.json and OUT/config.json, then prints the summary table.",
+        epilog="examples:\n"
+        "  rolecall eval --program single_step_rag --dataset synthetic --limit 20 --threads 16\n"
+        "  rolecall eval --program opera --dataset musique --retriever dense --out runs/opera-musique\n"
+        "  rolecall eval --program opera --dataset musique --out runs/opera-musique --resume",
+        formatter_class=_HelpFormatter,
+    )
+    p.add_argument("--program", required=True, choices=program_names(), help="the program to evaluate")
+    data = p.add_argument_group("data")
+    data.add_argument(
+        "--dataset", default="synthetic", choices=DATASET_CHOICES, help="the benchmark (default: %(default)s)"
+    )
+    data.add_argument(
+        "--data-path",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the dataset file (hotpotqa / 2wiki / musique default to their dev subsets under ../shared/data; "
+        "required for flashrag)",
+    )
+    data.add_argument(
+        "--corpus-path",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a JSONL corpus ({id, contents} or {id, title, text}) to retrieve over instead of the dataset's closed "
+        "corpus; for flashrag it defaults to corpus.jsonl beside --data-path",
+    )
+    data.add_argument(
+        "--corpus-level",
+        default="paragraph",
+        choices=("paragraph", "sentence"),
+        help="unit of the closed corpus built from hotpotqa / 2wiki / musique files (default: %(default)s)",
+    )
+    data.add_argument(
+        "--split",
+        default="test",
+        choices=("train", "dev", "test"),
+        help="synthetic split to evaluate (default: %(default)s)",
+    )
+    data.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default: %(default)s)")
+    data.add_argument("--limit", type=int, default=None, metavar="N", help="evaluate only the first N examples")
+    model = p.add_argument_group("retriever and model")
+    model.add_argument(
+        "--retriever",
+        default="bm25",
+        choices=("bm25", "dense"),
+        help="retriever over the corpus (default: %(default)s)",
+    )
+    model.add_argument(
+        "--k",
+        type=int,
+        default=5,
+        help="passages per retrieval call: the retriever's default k, and the program's top_k option "
+        "when it has one (default: %(default)s)",
+    )
+    model.add_argument(
+        "--model",
+        default=None,
+        metavar="NAME_OR_PATH",
+        help="LM name or local path (default: the embedded SmolLM2-135M-Instruct)",
+    )
+    model.add_argument(
+        "--max-tokens",
+        type=int,
+        default=256,
+        metavar="N",
+        help="completion budget of each LM call (default: %(default)s)",
+    )
+    model.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        metavar="T",
+        help="sampling temperature, 0 = greedy (default: %(default)s)",
+    )
+    model.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a program option, passed to the program's constructor; VALUE is parsed as JSON when it can be "
+        "(e.g. -o max_steps=4 -o verbose=true); repeatable",
+    )
+    run = p.add_argument_group("run")
+    run.add_argument(
+        "--threads",
+        type=int,
+        default=8,
+        metavar="N",
+        help="worker threads; their LM calls are batched together (default: %(default)s)",
+    )
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="output directory (default: runs/<timestamp>-eval-<program>)",
+    )
+    run.add_argument("--resume", action="store_true", help="skip questions already in OUT/records.jsonl")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_common(p)
+    p.set_defaults(func=_cmd_eval)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rolecall`` argument parser with every subcommand."""
+    from rolecall import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="rolecall",
+        description="rolecall: trained multi-agent retrieval-augmented multi-hop QA programs.",
+        epilog="Run `rolecall <command> --help` for a command's options.",
+        formatter_class=_HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"rolecall {__version__}")
+    sub = parser.add_subparsers(dest="command", title="commands", metavar="<command>")
+    _add_eval_parser(sub)
+    # ---- `demo` subcommand: the lead registers it here (add its `_add_demo_parser(sub)` call) ----
+    return parser
+
+
+# --------------------------------------------------------------------------------------------------------- helpers
+def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["a=1", "b=x"]`` → ``{"a": 1, "b": "x"}`` (values parsed as JSON when possible)."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise ConfigError(f"--option expects KEY=VALUE with KEY a Python identifier, got {pair!r}")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
+
+
+def _check_eval_args(args: argparse.Namespace) -> None:
+    for name in ("threads", "k", "max_tokens"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {args.limit}")
+    if args.resume and args.out is None:
+        raise ConfigError("--resume needs --out DIR, the directory of the run to continue")
+
+
+def _existing(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} does not exist (working directory: {Path.cwd()}); pass an existing file")
+    return path
+
+
+def _load_data(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
+    """The examples to evaluate and the corpus to retrieve over."""
+    from rolecall.data.corpus import build_corpus, load_dataset
+    from rolecall.data.flashrag import load_flashrag_corpus
+
+    corpus_path = args.corpus_path
+    corpus: list[Any] | None = None
+    if args.dataset == "synthetic":
+        from rolecall.data.synthetic import synthetic_world
+
+        world = synthetic_world(seed=args.seed)
+        examples, corpus = world.splits[args.split], world.corpus
+    elif args.dataset == "flashrag":
+        if args.data_path is None:
+            raise ConfigError("--dataset flashrag needs --data-path (a FlashRAG {id, question, golden_answers} JSONL)")
+        path = _existing(args.data_path, "--data-path")
+        examples = load_dataset("flashrag", path)
+        corpus_path = corpus_path or path.parent / "corpus.jsonl"
+    else:
+        path = _existing(args.data_path or DEFAULT_DATA_PATHS[args.dataset], "--data-path")
+        examples = load_dataset(args.dataset, path)
+        if corpus_path is None:
+            corpus = build_corpus(args.dataset, path, level=args.corpus_level)
+    if corpus_path is not None:
+        corpus = load_flashrag_corpus(_existing(corpus_path, "corpus file (--corpus-path)"))
+    if args.limit is not None:
+        examples = examples[: args.limit]
+    logger.info("dataset %s: %d examples, corpus of %d documents", args.dataset, len(examples), len(corpus))
+    return list(examples), list(corpus)
+
+
+def _accepts(cls: type, name: str) -> bool:
+    """Whether ``cls(...)`` names a parameter ``name``."""
+    try:
+        params = inspect.signature(cls.__init__).parameters  # not cls: dspy.Module's metaclass hides it
+    except (TypeError, ValueError):
+        return False
+    return name in params  # not via **kwargs: a program that does not name the option may not expect it
+
+
+def _build_retriever(kind: str, corpus: list[Any], k: int) -> Any:
+    if kind == "dense":
+        from rolecall.retrievers.dense import DenseRetriever
+
+        return DenseRetriever(corpus, default_k=k)
+    from rolecall.retrievers.bm25 import BM25
+
+    return BM25(corpus, default_k=k)
+
+
+# -------------------------------------------------------------------------------------------------------- commands
+def _cmd_eval(args: argparse.Namespace) -> int:
+    """``rolecall eval``: build everything, evaluate, print the summary table."""
+    import dspy
+
+    from rolecall.evaluation import evaluate, format_summary
+    from rolecall.lm.embedded import DEFAULT_LM
+    from rolecall.lm.local import LocalLM
+    from rolecall.programs.registry import build_program
+
+    _check_eval_args(args)
+    options = _parse_options(args.option)
+    program_cls = get_program_class(args.program)  # fail on a broken registry entry before loading anything
+    out = args.out or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-eval-{args.program}"
+    examples, corpus = _load_data(args)
+    # A program class may declare `uses_retriever = False` (closed-book baselines): then no index is built.
+    retriever = (
+        _build_retriever(args.retriever, corpus, args.k) if getattr(program_cls, "uses_retriever", True) else None
+    )
+    lm = LocalLM(args.model or DEFAULT_LM, temperature=args.temperature, max_tokens=args.max_tokens)
+    if "top_k" not in options and _accepts(program_cls, "top_k"):
+        options["top_k"] = args.k
+    program = build_program(args.program, retriever, lm, **options)
+
+    out.mkdir(parents=True, exist_ok=True)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+    config_path = out / "config.json"
+    if not (args.resume and config_path.exists()):
+        config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    with dspy.context(lm=lm):
+        result = evaluate(
+            program,
+            examples,
+            num_threads=args.threads,
+            output_dir=out,
+            show_progress=not args.no_progress,
+            resume=args.resume,
+        )
+    print(f"{args.program} on {args.dataset} ({len(examples)} questions, {args.retriever} k={args.k})")
+    print(format_summary(result.summary))
+    print(f"records: {out / 'records.jsonl'}\nsummary: {out / 'summary.json'}")
+    return 0
+
+
+def _configure_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    root = logging.getLogger()
+    if root.handlers:  # an embedding application (or pytest) configured logging already: theirs wins
+        return
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    # The handler filters too, because some libraries set their own logger to DEBUG at import (bm25s does).
+    for handler in root.handlers:
+        handler.setLevel(level)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rolecall`` console script.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 on success, 1 on a rolecall error (bad configuration, malformed data, a model that does not
+        load), 2 on a usage error, 130 when interrupted.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    _configure_logging(args.verbose)
+    try:
+        return int(args.func(args))
+    except RolecallError as err:
+        print(f"rolecall {args.command}: error: {err}", file=sys.stderr)
+        logger.debug("traceback", exc_info=True)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; finished questions are in records.jsonl (rerun with --resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
