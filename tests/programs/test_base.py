@@ -125,7 +125,10 @@ def test_retrieve_records_ids_and_failures(make_retriever):
     trajectory = Trajectory()
     passages = program.retrieve(trajectory, "query", 3)
     assert [p.id for p in passages] == ["p0", "p1", "p2"]
-    assert trajectory.steps[-1].outputs == {"passage_ids": ["p0", "p1", "p2"], "titles": ["Title 0", "Title 1", "Title 2"]}
+    assert trajectory.steps[-1].outputs == {
+        "passage_ids": ["p0", "p1", "p2"],
+        "titles": ["Title 0", "Title 1", "Title 2"],
+    }
     assert trajectory.steps[-1].inputs == {"query": "query", "k": 3}
 
     program.retriever = make_retriever(error=RuntimeError("index gone"))

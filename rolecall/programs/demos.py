@@ -1,0 +1,286 @@
+"""Default few-shot demos for the role predictors, built from examples with gold decompositions.
+
+Small models need them: SmolLM2-135M parses DSPy's ChatAdapter format 0/5 zero-shot and 5/5 with three demos. Demos
+come from any examples that carry a gold decomposition (the synthetic world's train split, MuSiQue) and the corpus
+holding their supporting documents:
+
+- plan: question -> sub-goals, the gold ``#k`` references rewritten as ``[entity from step k]``;
+- analysis: (sub-question, gold passage + a distractor) -> yes + sub-answer; plus one (sub-question, distractors) -> no;
+- rewrite: (sub-question, distractors, missing information) -> a query naming the entity to look up;
+- synthesis, and the baselines' chain-of-thought answers, from the same decompositions.
+
+``default_demos(kind)`` builds them once per process from a small built-in world (``synthetic_world(seed=12345)``),
+or from a fixed hand-written set when the synthetic-world module is absent.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import dspy
+
+from rolecall.data.types import Document, Example, SubStep
+from rolecall.programs.base import format_passages
+from rolecall.signatures.types import hash_refs_to_placeholders
+
+__all__ = [
+    "DemoKind",
+    "opera_demos",
+    "cot_demos",
+    "rag_demos",
+    "default_demos",
+    "default_demo_source",
+    "select_examples",
+    "filled_steps",
+]
+
+logger = logging.getLogger(__name__)
+
+DemoKind = Literal["opera", "cot", "rag"]
+"""Which program's demos: OPERA's roles, ``NoRetrievalCoT`` or ``SingleStepRAG``."""
+
+DEMO_PASSAGE_CHARS = 200
+"""Passages in demos are cut shorter than at run time: demos are paid for on every call."""
+
+_TYPE_PREFERENCE = ("compositional", "inference", "single", "bridge", "bridge_comparison", "comparison")
+
+_NULL_ANSWER = "unknown"
+_NO_MISSING = "none"
+
+
+def select_examples(examples: Sequence[Example], n: int, *, multi_hop_first: bool = True) -> list[Example]:
+    """Up to ``n`` examples with usable gold decompositions, of distinct types where possible (deterministic).
+
+    Types are taken in the order compositional, inference, single, bridge, ... so the demos show a chain, another
+    chain and a one-step plan; remaining slots are filled in dataset order.
+    """
+    usable = [e for e in examples if e.decomposition and all(s.question and s.answer for s in e.decomposition)]
+    order = list(_TYPE_PREFERENCE) if multi_hop_first else ["single", *_TYPE_PREFERENCE]
+    chosen: list[Example] = []
+    for kind in order:
+        match = next((e for e in usable if e.type == kind and e not in chosen), None)
+        if match is not None and len(chosen) < n:
+            chosen.append(match)
+    for e in usable:
+        if len(chosen) >= n:
+            break
+        if e not in chosen:
+            chosen.append(e)
+    return chosen
+
+
+def filled_steps(example: Example) -> list[tuple[str, SubStep]]:
+    """Each gold sub-step with its ``#k`` references replaced by the gold answers of earlier steps."""
+    steps = example.decomposition or []
+    answers = {i: s.answer for i, s in enumerate(steps, start=1)}
+    out = []
+    for s in steps:
+        text = s.question
+        for j in sorted(answers, reverse=True):  # #12 before #1
+            text = text.replace(f"#{j}", answers[j])
+        out.append((text, s))
+    return out
+
+
+def _plan(example: Example) -> list[str]:
+    steps = example.decomposition or []
+    answers = {i: s.answer for i, s in enumerate(steps, start=1)}
+    return [hash_refs_to_placeholders(s.question, answers) for s in steps]
+
+
+def _docs(corpus: Mapping[str, Document], ids: Sequence[str]) -> list[Document]:
+    return [corpus[i] for i in ids if i in corpus]
+
+
+def _distractors(corpus: Mapping[str, Document], avoid: Sequence[str], n: int, rng: random.Random) -> list[Document]:
+    pool = [d for d in corpus.values() if d.id not in set(avoid)]
+    return rng.sample(pool, min(n, len(pool)))
+
+
+def _passages(docs: Sequence[Document]) -> str:
+    return format_passages(docs, max_chars=DEMO_PASSAGE_CHARS, max_total_chars=3 * DEMO_PASSAGE_CHARS)
+
+
+def _as_mapping(corpus: Mapping[str, Document] | Sequence[Document]) -> Mapping[str, Document]:
+    return corpus if isinstance(corpus, Mapping) else {d.id: d for d in corpus}
+
+
+def _reasoning(example: Example) -> str:
+    return " ".join(f"{q} {s.answer}." for q, s in filled_steps(example))
+
+
+def opera_demos(
+    examples: Sequence[Example], corpus: Mapping[str, Document] | Sequence[Document], *, n: int = 3, seed: int = 0
+) -> dict[str, list[dspy.Example]]:
+    """Demos for OPERA's ``plan``, ``analysis``, ``rewrite`` and ``synthesis`` roles (``n`` each).
+
+    Args:
+        examples: examples with gold decompositions whose supporting ids are in ``corpus``.
+        corpus: documents by id (or a list of them), for the gold and distractor passages.
+        n: demos per role.
+        seed: picks the distractor passages.
+
+    Returns:
+        Role name -> list of ``dspy.Example`` with the role's input and output fields.
+    """
+    corpus = _as_mapping(corpus)
+    rng = random.Random(seed)
+    chosen = select_examples(examples, n)
+    demos: dict[str, list[dspy.Example]] = {"plan": [], "analysis": [], "rewrite": [], "synthesis": []}
+    for e in chosen:
+        demos["plan"].append(dspy.Example(question=e.question, sub_goals=_plan(e)).with_inputs("question"))
+        evidence = "\n".join(f"{q} -> {s.answer}" for q, s in filled_steps(e))
+        demos["synthesis"].append(
+            dspy.Example(question=e.question, evidence=evidence, answer=e.answer).with_inputs("question", "evidence")
+        )
+    # analysis / rewrite use single sub-steps: the last step of each chosen example, then earlier ones
+    steps = [(q, s) for e in chosen for q, s in reversed(filled_steps(e)) if _docs(corpus, s.supporting_ids)]
+    for i, (question, step) in enumerate(steps[: max(n - 1, 1)]):
+        gold = _docs(corpus, step.supporting_ids)[:1]
+        noise = _distractors(corpus, step.supporting_ids, 1, rng)
+        shown = gold + noise if i % 2 == 0 else noise + gold
+        demos["analysis"].append(
+            dspy.Example(
+                sub_goal=question,
+                passages=_passages(shown),
+                sufficient="yes",
+                answer=step.answer,
+                confidence="high",
+                missing_information=_NO_MISSING,
+            ).with_inputs("sub_goal", "passages")
+        )
+    for i, (question, step) in enumerate(steps[:n]):
+        entity = _docs(corpus, step.supporting_ids)[0].title
+        missing = f"a passage about {entity}"
+        noise = _passages(_distractors(corpus, step.supporting_ids, 2, rng))
+        if i == 0 and n > 1:  # the negative analysis demo
+            demos["analysis"].append(
+                dspy.Example(
+                    sub_goal=question,
+                    passages=noise,
+                    sufficient="no",
+                    answer=_NULL_ANSWER,
+                    confidence="low",
+                    missing_information=missing,
+                ).with_inputs("sub_goal", "passages")
+            )
+        demos["rewrite"].append(
+            dspy.Example(sub_goal=question, passages=noise, missing_information=missing, query=entity).with_inputs(
+                "sub_goal", "passages", "missing_information"
+            )
+        )
+    demos["analysis"] = demos["analysis"][:n]
+    return demos
+
+
+def cot_demos(examples: Sequence[Example], *, n: int = 3) -> dict[str, list[dspy.Example]]:
+    """Demos for ``NoRetrievalCoT``'s ``answer`` role: question -> reasoning (the gold chain) + answer."""
+    return {
+        "answer": [
+            dspy.Example(question=e.question, reasoning=_reasoning(e), answer=e.answer).with_inputs("question")
+            for e in select_examples(examples, n)
+        ]
+    }
+
+
+def rag_demos(
+    examples: Sequence[Example], corpus: Mapping[str, Document] | Sequence[Document], *, n: int = 3, seed: int = 0
+) -> dict[str, list[dspy.Example]]:
+    """Demos for ``SingleStepRAG``'s ``answer`` role: (question, gold passages + a distractor) -> reasoning + answer."""
+    corpus = _as_mapping(corpus)
+    rng = random.Random(seed)
+    out = []
+    for e in select_examples(examples, n):
+        docs = _docs(corpus, e.supporting_ids)[:2] + _distractors(corpus, e.supporting_ids, 1, rng)
+        out.append(
+            dspy.Example(
+                question=e.question, passages=_passages(docs), reasoning=_reasoning(e), answer=e.answer
+            ).with_inputs("question", "passages")
+        )
+    return {"answer": out}
+
+
+@functools.lru_cache(maxsize=1)
+def default_demo_source() -> tuple[tuple[Example, ...], tuple[Document, ...]]:
+    """The examples and corpus default demos come from: ``synthetic_world(seed=12345)``'s train split, or a fixed
+    hand-written set when the synthetic-world module is not available."""
+    try:
+        from rolecall.data.synthetic import synthetic_world
+    except ImportError:
+        logger.info("rolecall.data.synthetic is not available; using the hand-written demo set")
+        return _HANDWRITTEN_EXAMPLES, _HANDWRITTEN_CORPUS
+    world = synthetic_world(seed=12345)
+    return tuple(world.train), tuple(world.corpus)
+
+
+@functools.lru_cache(maxsize=8)
+def _default_demos(kind: str, n: int) -> dict[str, tuple[dspy.Example, ...]]:
+    examples, corpus = default_demo_source()
+    if kind == "opera":
+        built = opera_demos(examples, corpus, n=n)
+    elif kind == "cot":
+        built = cot_demos(examples, n=n)
+    elif kind == "rag":
+        built = rag_demos(examples, corpus, n=n)
+    else:
+        raise ValueError(f"unknown demo kind {kind!r}; choose from 'opera', 'cot', 'rag'")
+    return {role: tuple(demos) for role, demos in built.items()}
+
+
+def default_demos(kind: DemoKind, *, n: int = 3) -> dict[str, list[dspy.Example]]:
+    """The built-in demos of ``kind`` (cached; each call returns fresh lists of copies)."""
+    return {role: [d.copy() for d in demos] for role, demos in _default_demos(kind, n).items()}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A fixed, hand-written demo source (fictional, so no model can answer from memory), used without the synthetic world.
+# ---------------------------------------------------------------------------------------------------------------------
+_HANDWRITTEN_CORPUS: tuple[Document, ...] = (
+    Document("city/varn", "Varn", "Varn is a city in the country of Ostria, on the river Melk."),
+    Document(
+        "country/ostria", "Ostria", "Ostria is a country whose capital is Dellin. Its official language is Ostrian."
+    ),
+    Document("film/the-grey-lantern", "The Grey Lantern", "The Grey Lantern is a 1961 film directed by Tamsa Orvel."),
+    Document("person/tamsa-orvel", "Tamsa Orvel", "Tamsa Orvel, born 1922 in Varn, is a film director."),
+    Document("band/kelpie-road", "Kelpie Road", "Kelpie Road is a band formed in 1990 by Ivo Brask and Nell Ardo."),
+    Document("company/morrow-books", "Morrow Books", "Morrow Books is a publisher founded by Ada Quell in 1950."),
+)
+_HANDWRITTEN_EXAMPLES: tuple[Example, ...] = (
+    Example(
+        id="demo-1",
+        question="What is the official language of the country in which the city of Varn lies?",
+        answers=["Ostrian"],
+        supporting_ids=["city/varn", "country/ostria"],
+        decomposition=[
+            SubStep("In which country is the city of Varn located?", "Ostria", ["city/varn"]),
+            SubStep("What is the official language of #1?", "Ostrian", ["country/ostria"]),
+        ],
+        hops=2,
+        type="compositional",
+    ),
+    Example(
+        id="demo-2",
+        question="In which city was the director of the film The Grey Lantern born?",
+        answers=["Varn"],
+        supporting_ids=["film/the-grey-lantern", "person/tamsa-orvel"],
+        decomposition=[
+            SubStep("Who directed the film The Grey Lantern?", "Tamsa Orvel", ["film/the-grey-lantern"]),
+            SubStep("In which city was #1 born?", "Varn", ["person/tamsa-orvel"]),
+        ],
+        hops=2,
+        type="inference",
+    ),
+    Example(
+        id="demo-3",
+        question="Who founded the publisher Morrow Books?",
+        answers=["Ada Quell"],
+        supporting_ids=["company/morrow-books"],
+        decomposition=[SubStep("Who founded the publisher Morrow Books?", "Ada Quell", ["company/morrow-books"])],
+        hops=1,
+        type="single",
+    ),
+)
