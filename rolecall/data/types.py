@@ -19,7 +19,7 @@ def doc_id(title: str, text: str) -> str:
         >>> doc_id("Paris", "Paris is the capital of France.").startswith("Paris::")
         True
     """
-    digest = hashlib.sha1(f"{title}\n{text}".encode("utf-8")).hexdigest()[:8]
+    digest = hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()[:8]
     return f"{title}::{digest}"
 
 
@@ -80,7 +80,7 @@ class Example:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Example":
+    def from_dict(cls, d: dict[str, Any]) -> Example:
         """Inverse of :meth:`to_dict`."""
         d = dict(d)
         if d.get("decomposition") is not None:

@@ -163,8 +163,20 @@ class OPERA(Program):
         except Exception as e:  # anything unforeseen becomes a recorded error step
             return self.failed(trajectory, e)
 
-    def _run(self, question: str, trajectory: Trajectory) -> dspy.Prediction:
-        sub_goals = self._plan(question, trajectory)
+    def execute_plan(self, question: str, sub_goals: Sequence[str]) -> dspy.Prediction:
+        """Run the executor (analysis and rewrite agents) on a given plan; never raises.
+
+        MAPGRPO scores a candidate plan by executing it downstream (f_exec of Eq. 7) with this method.
+        """
+        trajectory = Trajectory(question=question)
+        try:
+            plan = [str(s).strip() for s in sub_goals if str(s).strip()][: self.max_sub_goals] or [question]
+            return self._run(question, trajectory, plan=plan)
+        except Exception as e:  # anything unforeseen becomes a recorded error step
+            return self.failed(trajectory, e)
+
+    def _run(self, question: str, trajectory: Trajectory, plan: list[str] | None = None) -> dspy.Prediction:
+        sub_goals = plan if plan is not None else self._plan(question, trajectory)
         results: list[SubGoalResult] = []
         budget = [self.max_steps]
         for index, text in enumerate(sub_goals, start=1):

@@ -48,7 +48,7 @@ class Retriever(ABC):
 
     @classmethod
     @abstractmethod
-    def load(cls, path: str | Path) -> "Retriever":
+    def load(cls, path: str | Path) -> Retriever:
         """Read an index written by :meth:`save`."""
 
     def as_tool(self, k: int | None = None, name: str = "search") -> Any:
