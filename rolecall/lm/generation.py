@@ -136,27 +136,73 @@ def _common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     return max(n, 0)
 
 
-def _prefill_shared_prefix(model, requests, adapters, shared: int, cache_kw: str, device):
-    """Encode the shared prefix once per distinct adapter; return the KV cache expanded to one row per request and the
-    prefix's attention mask (R, shared)."""
+def _layer_kv(cache, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if hasattr(cache, "layers"):  # transformers >= 4.56
+        return cache.layers[layer].keys, cache.layers[layer].values
+    return cache.key_cache[layer], cache.value_cache[layer]
+
+
+def _num_layers(cache) -> int:
+    return len(cache.layers) if hasattr(cache, "layers") else len(cache.key_cache)
+
+
+def _prefill_shared_prefixes(model, requests, adapters, min_shared: int, cache_kw: str, device):
+    """Encode, once per group of requests with the same adapter, the token prefix the whole group shares.
+
+    Returns ``(cache, prefix_mask, shared)``: a KV cache with one row per request holding its group's prefix,
+    left-padded to the longest prefix (``prefix_mask`` (R, L) is 0 on the padding), and each request's prefix length.
+    """
     from transformers import DynamicCache
 
+    groups: dict[str, list[int]] = {}
+    for i, a in enumerate(adapters):
+        groups.setdefault(a, []).append(i)
+    shared = [0] * len(requests)
+    for members in groups.values():
+        if len(members) > 1:
+            n = _common_prefix_length([requests[i].prompt_ids for i in members])
+            for i in members:
+                shared[i] = n if n >= min_shared else 0
+    width = max(shared)
+    if width == 0:
+        return DynamicCache(), torch.ones((len(requests), 0), dtype=torch.long, device=device), shared
+    prefix_kv: dict[str, DynamicCache] = {}
+    for adapter, members in groups.items():
+        n = shared[members[0]]
+        if n == 0:
+            continue
+        out = model(
+            input_ids=torch.tensor([requests[members[0]].prompt_ids[:n]], dtype=torch.long, device=device),
+            position_ids=torch.arange(n, device=device).unsqueeze(0),
+            use_cache=True,
+            logits_to_keep=1,
+            **{cache_kw: DynamicCache()},
+            **_adapter_kwargs(model, [adapter]),
+        )
+        prefix_kv[adapter] = getattr(out, cache_kw)
+    layers = _num_layers(next(iter(prefix_kv.values())))
     cache = DynamicCache()
-    if shared == 0:
-        return cache, torch.ones((len(requests), 0), dtype=torch.long, device=device)
-    distinct = list(dict.fromkeys(adapters))
-    prefix = torch.tensor([requests[0].prompt_ids[:shared]] * len(distinct), dtype=torch.long, device=device)
-    out = model(
-        input_ids=prefix,
-        position_ids=torch.arange(shared, device=device).expand(len(distinct), -1),
-        use_cache=True,
-        logits_to_keep=1,
-        **{cache_kw: cache},
-        **_adapter_kwargs(model, distinct),
-    )
-    cache = getattr(out, cache_kw)
-    cache.reorder_cache(torch.tensor([distinct.index(a) for a in adapters], device=device))
-    return cache, torch.ones((len(requests), shared), dtype=torch.long, device=device)
+    for layer in range(layers):
+        keys, values = [], []
+        for i, adapter in enumerate(adapters):
+            if shared[i] == 0:
+                k0, v0 = _layer_kv(next(iter(prefix_kv.values())), layer)
+                k = k0.new_zeros((1, k0.shape[1], width, k0.shape[3]))
+                v = v0.new_zeros((1, v0.shape[1], width, v0.shape[3]))
+            else:
+                k, v = _layer_kv(prefix_kv[adapter], layer)
+                pad = width - k.shape[2]
+                if pad:
+                    k = torch.cat([k.new_zeros((1, k.shape[1], pad, k.shape[3])), k], dim=2)
+                    v = torch.cat([v.new_zeros((1, v.shape[1], pad, v.shape[3])), v], dim=2)
+            keys.append(k)
+            values.append(v)
+        cache.update(torch.cat(keys, 0), torch.cat(values, 0), layer)
+    mask = torch.zeros((len(requests), width), dtype=torch.long, device=device)
+    for i, n in enumerate(shared):
+        if n:
+            mask[i, width - n :] = 1
+    return cache, mask, shared
 
 
 @torch.inference_mode()
@@ -191,11 +237,8 @@ def generate_batch(
     #    is encoded once per adapter, then each prompt's own suffix, left-padded after the shared prefix
     adapters = [r.adapter or BASE_ADAPTER for r in requests]
     cache_kw = _cache_kwarg(model)
-    shared = _common_prefix_length([r.prompt_ids for r in requests]) if len(requests) > 1 else 0
-    if shared < min_shared_prefix:
-        shared = 0
-    cache, attention = _prefill_shared_prefix(model, requests, adapters, shared, cache_kw, device)
-    suffixes = [r.prompt_ids[shared:] for r in requests]
+    cache, attention, shared = _prefill_shared_prefixes(model, requests, adapters, min_shared_prefix, cache_kw, device)
+    suffixes = [r.prompt_ids[n:] for r, n in zip(requests, shared, strict=True)]
     lengths = [len(r.prompt_ids) for r in requests]
     width = max(len(x) for x in suffixes)
     input_ids = torch.full((len(requests), width), pad_id, dtype=torch.long)
@@ -209,7 +252,7 @@ def generate_batch(
     out = model(
         input_ids=input_ids,
         attention_mask=attention,
-        position_ids=positions[:, shared:],
+        position_ids=positions[:, attention.shape[1] - width :],
         use_cache=True,
         logits_to_keep=1,  # only the last position's logits are needed: skips a (R, T, V) projection
         **{cache_kw: cache},

@@ -115,7 +115,7 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
             temperature=cfg.temperature,
             top_p=cfg.top_p,
         )
-        trainer = RoleTrainer(view, grpo)
+        trainer = RoleTrainer(view, grpo, micro_batch_size=cfg.micro_batch_size)
         if start_step > 0 and out is not None and (out / "checkpoint" / stage / "trainer.pt").is_file():
             trainer.load(out / "checkpoint" / stage)
         rng = random.Random(f"{cfg.seed}-{stage}")
@@ -163,33 +163,43 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
         predictor = program.roles[stage]
         adapter = getattr(program, "adapter", None) or dspy.settings.adapter or dspy.ChatAdapter()
         messages = [adapter.format(predictor.signature, _demos(predictor), item.inputs) for item in batch]
+        role_kwargs = {
+            **getattr(program, "lm_kwargs", {}).get("*", {}),
+            **getattr(program, "lm_kwargs", {}).get(stage, {}),
+        }
         groups = view.sample(
             messages,
             n=cfg.policy_samples,
             temperature=cfg.temperature,
             top_p=cfg.top_p,
-            max_tokens=cfg.max_completion_length,
+            max_tokens=min(cfg.max_completion_length, role_kwargs.get("max_tokens", cfg.max_completion_length)),
+            stop=tuple(role_kwargs.get("stop", ())),
             seed=seed,
             logprobs=True,
         )
 
+        experts: list[dict[str, Any] | None] = [None] * len(batch)
+
         def score(i: int) -> tuple[list[tuple[float, dict]], tuple[float, dict] | None]:
             outputs = [_parse(adapter, predictor.signature, c.text) for c in groups[i]]
             scored = tasks.score(stage, batch[i], outputs)
-            expert = self._expert(stage, batch[i], tasks, view, adapter, predictor, messages[i], seed + i)
-            return scored, (tasks.score(stage, batch[i], [expert])[0] if expert is not None else None)
+            experts[i] = self._expert(stage, batch[i], tasks, view, adapter, predictor, messages[i], seed + i)
+            return scored, (tasks.score(stage, batch[i], [experts[i]])[0] if experts[i] is not None else None)
 
         with ThreadPoolExecutor(max(1, len(batch))) as pool:
             scored = list(pool.map(score, range(len(batch))))
         samples: list[PolicySample] = []
         rewards_all, expert_all, parsed = [], [], 0
         components: dict[str, list[float]] = {}
-        for item_msgs, comps, (cand, expert) in zip(messages, groups, scored, strict=True):
+        for item_msgs, comps, (cand, expert), expert_out in zip(messages, groups, scored, experts, strict=True):
             rewards = [r for r, _ in cand] + ([expert[0]] if expert is not None else [])
             advantages = group_advantages(torch.tensor([rewards]))[0]  # (G,), c_best inside the baseline
             prompt_ids = view.backend.encode_messages(item_msgs)
             for c, adv in zip(comps, advantages[: len(comps)].tolist(), strict=True):  # c_best gets no gradient
                 samples.append(PolicySample(prompt_ids, c.token_ids, adv, c.logprobs))
+            if cfg.expert_gradient and expert is not None and expert_out is not None:
+                ids = _expert_ids(view, adapter, predictor.signature, expert_out)
+                samples.append(PolicySample(prompt_ids, ids, float(advantages[-1]), None))
             rewards_all += [r for r, _ in cand]
             if expert is not None:
                 expert_all.append(expert[0])
@@ -283,6 +293,13 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
 
 def _demos(predictor: Any) -> list[dict[str, Any]]:
     return [d.toDict() if hasattr(d, "toDict") else dict(d) for d in (predictor.demos or [])]
+
+
+def _expert_ids(view: Any, adapter: Any, signature: Any, outputs: dict[str, Any]) -> list[int]:
+    """Token ids of c_best written in the adapter's output format, ending in EOS (as a sampled completion would)."""
+    text = adapter.format_assistant_message_content(signature, outputs)
+    tokenizer = view.backend.tokenizer
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [view.backend.eos_token_ids[0]]
 
 
 def _parse(adapter: Any, signature: Any, text: str) -> dict[str, Any] | None:

@@ -48,6 +48,9 @@ class MAPGRPOConfig:
     expert: ExpertSource = "gold"
     """Where c_best comes from: ``"gold"`` (the dataset's gold decomposition / sub-answers / supporting documents),
     ``"best_of_n"`` (the best of ``expert_samples`` extra policy samples by reward) or ``"none"`` (plain GRPO)."""
+    expert_gradient: bool = False
+    """Whether c_best also receives gradient (off-policy guidance as in LUFFY, arXiv 2504.14945). The paper's Eq. 11
+    gives it none (False); with a 135M model whose samples rarely parse, True is what makes a short CPU run learn."""
     expert_samples: int = 4
     """Extra samples drawn to pick c_best when ``expert="best_of_n"``."""
     execute_plans: bool = True
@@ -62,6 +65,9 @@ class MAPGRPOConfig:
     time_budget_s: float | None = None
     """Wall-clock budget of the whole compile; each stage gets a share proportional to its steps and stops when it is
     spent (the checkpoint then holds what was trained)."""
+    micro_batch_size: int = 2
+    """Completions per forward/backward pass (gradients accumulate over a step). Prompts carry demos and passages
+    (~1.3k tokens), so each completion costs about 2 GB of activations on CPU: keep this small."""
     num_threads: int = 16
     """Threads for program runs (LM calls from them are batched together)."""
     output_dir: str | Path | None = None

@@ -37,7 +37,7 @@ __all__ = ["OPERA", "SubGoalResult"]
 
 logger = logging.getLogger(__name__)
 
-_MAX_TOKENS = {"plan": 192, "analysis": 128, "rewrite": 64, "synthesis": 64}
+_MAX_TOKENS = {"plan": 128, "analysis": 72, "rewrite": 40, "synthesis": 48}
 
 
 @dataclass

@@ -110,3 +110,38 @@ def test_shared_prefix_prefill_matches_full_prefill(tiny_model, smollm_tokenizer
     unshared = generate_batch(tiny_model, smollm_tokenizer, reqs, min_shared_prefix=10**9)
     assert [[c.token_ids for c in r] for r in shared] == [[c.token_ids for c in r] for r in unshared]
     assert all(r[0].prompt_tokens == len(q.prompt_ids) for r, q in zip(shared, reqs, strict=True))
+
+
+def test_grouped_prefixes_with_mixed_adapters(tiny_model, smollm_tokenizer):
+    """Two adapters, each with its own shared prefix (different role prompts), plus a lone request: same outputs as a
+    plain full prefill."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(tiny_model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]), adapter_name="a")
+    model.add_adapter("b", LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    model.eval()
+
+    def prompt(system: str, q: str) -> list[int]:
+        ids = smollm_tokenizer.apply_chat_template(
+            [{"role": "system", "content": system}, {"role": "user", "content": q}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        return list(ids)
+
+    plan_sys, analysis_sys = "Plan the sub-questions. " * 10, "Read the passages and answer. " * 14
+    reqs = [
+        GenerationRequest(prompt(plan_sys, "Where is Tavrimo?"), max_tokens=6, adapter="a"),
+        GenerationRequest(prompt(analysis_sys, "Who founded Orlen Vask Records?"), max_tokens=6, adapter="b"),
+        GenerationRequest(prompt(plan_sys, "Who directed Zopor Orchard?"), max_tokens=6, adapter="a"),
+        GenerationRequest(prompt(analysis_sys, "When?"), max_tokens=6, adapter="b", n=2),
+        GenerationRequest(prompt("Something else entirely.", "Hi"), max_tokens=6),
+    ]
+    grouped = generate_batch(model, smollm_tokenizer, reqs, min_shared_prefix=8)
+    plain = generate_batch(model, smollm_tokenizer, reqs, min_shared_prefix=10**9)
+    assert [[c.token_ids for c in r] for r in grouped] == [[c.token_ids for c in r] for r in plain]

@@ -62,7 +62,7 @@ class RoleTrainer:
         micro_batch_size: completions per forward/backward pass (gradients accumulate over a step's samples).
     """
 
-    def __init__(self, lm: Any, config: GRPOConfig, *, micro_batch_size: int = 8) -> None:
+    def __init__(self, lm: Any, config: GRPOConfig, *, micro_batch_size: int = 2) -> None:
         if getattr(lm, "adapter", None) is None:
             raise ConfigError("RoleTrainer needs a role view with a LoRA adapter: pass local_lm.for_role(name)")
         self.lm = lm
