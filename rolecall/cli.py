@@ -2,6 +2,7 @@
 
 Subcommands:
 
+* ``rolecall demo``: the main job: prompt-only OPERA, MAPGRPO training, OPERA again (see :mod:`rolecall.demo`).
 * ``rolecall eval``: build a dataset, its closed corpus, a retriever, the local LM and a registered program, evaluate
   the program (:func:`rolecall.evaluation.evaluate`) and print the summary table.
 
@@ -164,6 +165,30 @@ def _add_eval_parser(sub: Any) -> None:
     p.set_defaults(func=_cmd_eval)
 
 
+def _add_demo_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the main job: evaluate prompt-only OPERA, train it with MAPGRPO, evaluate again (embedded model, CPU)",
+        description="Build the synthetic world, evaluate prompt-only OPERA on held-out questions, compile it with\n"
+        "MAPGRPO within a wall-clock budget, evaluate it again and print the before/after table.\n\n"
+        "Writes OUT/before and OUT/after (per-question records with trajectories), OUT/mapgrpo/train_log.jsonl\n"
+        "and checkpoints, OUT/program (the trained program), OUT/table.md, OUT/results.json and\n"
+        "OUT/training_curve.png.\n\n"
+        "Example:\n  rolecall demo --eval-questions 16 --budget-minutes 5",
+        formatter_class=_HelpFormatter,
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic world and of training (default 0)")
+    p.add_argument("--eval-questions", type=int, default=32, help="held-out test questions (default 32)")
+    p.add_argument("--budget-minutes", type=float, default=20.0, help="MAPGRPO wall-clock budget (default 20)")
+    p.add_argument("--group-size", type=int, default=4, help="MAPGRPO group size G, c_best included (default 4)")
+    p.add_argument("--threads", type=int, default=16, help="concurrent questions; LM calls batch (default 16)")
+    p.add_argument("--model", default=None, help="LM name or local path (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<timestamp>)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_common(p)
+    p.set_defaults(func=_cmd_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``rolecall`` argument parser with every subcommand."""
     from rolecall import __version__
@@ -177,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rolecall {__version__}")
     sub = parser.add_subparsers(dest="command", title="commands", metavar="<command>")
     _add_eval_parser(sub)
-    # ---- `demo` subcommand: the lead registers it here (add its `_add_demo_parser(sub)` call) ----
+    _add_demo_parser(sub)
     return parser
 
 
@@ -303,6 +328,35 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     print(f"{args.program} on {args.dataset} ({len(examples)} questions, {args.retriever} k={args.k})")
     print(format_summary(result.summary))
     print(f"records: {out / 'records.jsonl'}\nsummary: {out / 'summary.json'}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    """``rolecall demo``: prompt-only OPERA -> MAPGRPO -> OPERA, with the before/after table."""
+    from rolecall.demo import DemoConfig, run_demo
+
+    if args.eval_questions < 1 or args.budget_minutes <= 0 or args.threads < 1:
+        raise ConfigError("--eval-questions and --threads must be >= 1 and --budget-minutes > 0")
+    config = DemoConfig(
+        seed=args.seed,
+        eval_questions=args.eval_questions,
+        budget_minutes=args.budget_minutes,
+        group_size=args.group_size,
+        threads=args.threads,
+        out=args.out,
+        model=args.model,
+        show_progress=not args.no_progress,
+    )
+    print(
+        f"rolecall demo: OPERA on the synthetic world, {config.eval_questions} held-out questions, "
+        f"MAPGRPO budget {config.budget_minutes:g} min"
+    )
+    results = run_demo(config)
+    print()
+    print(results["table"])
+    print(f"\ntraining: {results['train_seconds'] / 60:.1f} min; run directory: {results['run_dir']}")
+    if results["training_curve"]:
+        print(f"training curve: {results['training_curve']}")
     return 0
 
 

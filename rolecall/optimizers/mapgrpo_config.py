@@ -28,7 +28,7 @@ class MAPGRPOConfig:
     """Optimizer steps per stage. The paper trains 3/2/2 epochs on 7B GPUs; the CPU default is a small budget."""
     inputs_per_step: int = 4
     """Role inputs (groups) per optimizer step."""
-    collect_questions: int = 24
+    collect_questions: int = 12
     """Training questions the program runs at the start of a stage to collect that role's inputs."""
     learning_rate: dict[str, float] = field(default_factory=lambda: {"plan": 2e-4, "analysis": 3e-4, "rewrite": 3e-4})
     """AdamW learning rate per role. The paper's 5e-6 / 1e-5 / 2e-5 are for full fine-tuning of a 7B model; LoRA on a
