@@ -1,0 +1,47 @@
+"""DSPy's own prompt optimizers compile OPERA unchanged (interoperability)."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+
+from rolecall.data.synthetic import synthetic_world
+from rolecall.evaluation.metrics import exact_match
+from rolecall.programs import OPERA
+from rolecall.retrievers.bm25 import BM25
+from rolecall.utils import SchemaLM
+
+
+@pytest.fixture(scope="module")
+def world():
+    return synthetic_world(seed=5, n_train=30, n_dev=10, n_test=10)
+
+
+def _metric(example, prediction, trace=None):
+    return exact_match(str(prediction.answer or ""), list(example.answers))
+
+
+def test_bootstrap_fewshot_compiles_opera(world):
+    lm = SchemaLM(world.train[0].answer)
+    program = OPERA(BM25(world.corpus), lm=lm)
+    trainset = [e.to_dspy() for e in world.train[:6]]
+    with dspy.context(lm=lm):
+        compiled = dspy.BootstrapFewShot(metric=_metric, max_bootstrapped_demos=2, max_labeled_demos=2).compile(
+            program, trainset=trainset
+        )
+        assert isinstance(compiled(question=world.test[0].question).answer, str)
+    assert set(compiled.roles) == set(program.roles)
+
+
+def test_miprov2_light_compiles_opera(world):
+    lm = SchemaLM(world.train[0].answer)
+    program = OPERA(BM25(world.corpus), lm=lm)
+    trainset = [e.to_dspy() for e in world.train[:20]]
+    valset = [e.to_dspy() for e in world.dev[:10]]
+    with dspy.context(lm=lm):
+        optimizer = dspy.MIPROv2(metric=_metric, auto="light", prompt_model=lm, task_model=lm, num_threads=2, seed=0)
+        compiled = optimizer.compile(
+            program, trainset=trainset, valset=valset, max_bootstrapped_demos=1, max_labeled_demos=1
+        )
+        assert isinstance(compiled(question=world.test[0].question).answer, str)
+    assert lm.calls > 0
