@@ -127,8 +127,10 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
             return
         budget = cfg.stage_budget_s(stage)
         bar = _progress(cfg.show_progress, total=cfg.steps[stage], initial=start_step, desc=f"MAPGRPO {stage}")
+        last_step_s = 0.0
         for step in range(start_step, cfg.steps[stage]):
-            if budget is not None and time.perf_counter() - t0 > budget:
+            # stop before a step that would overrun the stage's share of the budget (judged by the previous step)
+            if budget is not None and time.perf_counter() - t0 + last_step_s > budget and step > start_step:
                 logger.info("MAPGRPO %s: time budget of %.0fs spent after %d steps", stage, budget, step)
                 break
             step_rng = random.Random(f"{cfg.seed}-{stage}-{step}")
@@ -136,6 +138,7 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
             ts = time.perf_counter()
             samples, reward_metrics = self._rollout(program, stage, view, tasks, batch, seed=cfg.seed * 7919 + step)
             metrics = trainer.step(samples)
+            last_step_s = time.perf_counter() - ts
             record = {
                 "stage": stage,
                 "step": step + 1,
