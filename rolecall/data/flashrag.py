@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rolecall.data.io import Paragraph, Where, check_limit, field, iter_records, string_list, write_jsonl
+from rolecall.data.io import Paragraph, Where, field, iter_records, load_examples, string_list, write_jsonl
 from rolecall.data.types import Document, Example, SubStep
 
 __all__ = [
@@ -115,14 +115,7 @@ def load_flashrag(path: str | Path, *, limit: int | None = None) -> list[Example
     Raises:
         DataFormatError: a record is malformed; the message names the file and the line.
     """
-    check_limit(limit)
-    examples: list[Example] = []
-    for where, record in iter_records(path):
-        if limit is not None and len(examples) >= limit:
-            break
-        examples.append(_parse_example(record, where))
-    logger.info("loaded %d FlashRAG examples from %s", len(examples), path)
-    return examples
+    return load_examples(path, _parse_example, limit=limit, name="FlashRAG")
 
 
 def write_flashrag(examples: Iterable[Example], path: str | Path) -> int:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rolecall.data.io import Paragraph, Where, check_limit, field, iter_records, string_list
+from rolecall.data.io import Paragraph, Where, field, iter_records, load_examples, string_list
 from rolecall.data.types import Example
 
 __all__ = ["load_hotpotqa", "iter_paragraphs", "parse_context", "parse_supporting_facts", "supporting_ids_from_facts"]
@@ -143,14 +143,7 @@ def load_hotpotqa(path: str | Path, *, limit: int | None = None) -> list[Example
         >>> from rolecall.data.hotpotqa import load_hotpotqa
         >>> examples = load_hotpotqa("../shared/data/hotpotqa/hotpot_dev_distractor_600.jsonl")  # doctest: +SKIP
     """
-    check_limit(limit)
-    examples: list[Example] = []
-    for where, record in iter_records(path):
-        if limit is not None and len(examples) >= limit:
-            break
-        examples.append(_parse_example(record, where))
-    logger.info("loaded %d HotpotQA examples from %s", len(examples), path)
-    return examples
+    return load_examples(path, _parse_example, limit=limit, name="HotpotQA")
 
 
 def iter_paragraphs(path: str | Path) -> Iterator[Paragraph]:

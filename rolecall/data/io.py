@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -242,3 +242,20 @@ def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> int:
 def _short(value: Any, width: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def load_examples(
+    path: str | Path, parse: Callable[[dict[str, Any], Where], Any], *, limit: int | None, name: str
+) -> list[Any]:
+    """Parse every record of a dataset file with ``parse(record, where)``, stopping after ``limit`` examples.
+
+    The loop every loader shares; ``name`` is the dataset's display name for the log line.
+    """
+    check_limit(limit)
+    examples: list[Any] = []
+    for where, record in iter_records(path):
+        if limit is not None and len(examples) >= limit:
+            break
+        examples.append(parse(record, where))
+    logger.info("loaded %d %s examples from %s", len(examples), name, path)
+    return examples

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rolecall.data.hotpotqa import parse_context, parse_supporting_facts, supporting_ids_from_facts
-from rolecall.data.io import Paragraph, Where, check_limit, field, iter_records, string_list
+from rolecall.data.io import Paragraph, Where, field, iter_records, load_examples, string_list
 from rolecall.data.types import Example
 
 __all__ = ["load_twowiki", "iter_paragraphs", "HOPS_BY_TYPE"]
@@ -78,14 +78,7 @@ def load_twowiki(path: str | Path, *, limit: int | None = None) -> list[Example]
     Raises:
         DataFormatError: a record is malformed; the message names the file and the line or ``record N``.
     """
-    check_limit(limit)
-    examples: list[Example] = []
-    for where, record in iter_records(path):
-        if limit is not None and len(examples) >= limit:
-            break
-        examples.append(_parse_example(record, where))
-    logger.info("loaded %d 2WikiMultihopQA examples from %s", len(examples), path)
-    return examples
+    return load_examples(path, _parse_example, limit=limit, name="2WikiMultihopQA")
 
 
 def iter_paragraphs(path: str | Path) -> Iterator[Paragraph]:
