@@ -73,6 +73,7 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
         state = self._load_state(out) if cfg.resume else {"done": [], "stage": None, "step": 0}
         if cfg.resume and out is not None:
             self._restore_adapters(views, out, state)
+        self._started = time.perf_counter()
         for stage in cfg.stages:
             if stage in state["done"]:
                 logger.info("MAPGRPO: stage %s already trained (resumed)", stage)
@@ -83,6 +84,14 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
             if out is not None:
                 self._save_state(out, state)
         return student
+
+    def _stage_deadline(self, stage: str) -> float | None:
+        """When ``stage`` must stop: compile start + the budget share of this and every earlier stage."""
+        cfg = self.config
+        if cfg.time_budget_s is None:
+            return None
+        upto = cfg.stages[: cfg.stages.index(stage) + 1]
+        return self._started + sum(cfg.stage_budget_s(s) or 0.0 for s in upto)
 
     def _role_views(self, program: Any) -> dict[str, Any]:
         roles = program.roles
@@ -120,18 +129,21 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
             trainer.load(out / "checkpoint" / stage)
         rng = random.Random(f"{cfg.seed}-{stage}")
         t0 = time.perf_counter()
+        deadline = self._stage_deadline(stage)
+        if deadline is not None and t0 >= self._started + cfg.time_budget_s:
+            logger.warning("MAPGRPO %s: the compile's time budget is spent; stage skipped", stage)
+            return
         pool = tasks.collect(stage, records, rng)
         logger.info("MAPGRPO %s: %d training inputs collected in %.0fs", stage, len(pool), time.perf_counter() - t0)
         if not pool:
             logger.warning("MAPGRPO %s: the program produced no %s inputs; stage skipped", stage, stage)
             return
-        budget = cfg.stage_budget_s(stage)
         bar = _progress(cfg.show_progress, total=cfg.steps[stage], initial=start_step, desc=f"MAPGRPO {stage}")
         last_step_s = 0.0
         for step in range(start_step, cfg.steps[stage]):
             # stop before a step that would overrun the stage's share of the budget (judged by the previous step)
-            if budget is not None and time.perf_counter() - t0 + last_step_s > budget and step > start_step:
-                logger.info("MAPGRPO %s: time budget of %.0fs spent after %d steps", stage, budget, step)
+            if deadline is not None and time.perf_counter() + last_step_s > deadline and step > start_step:
+                logger.info("MAPGRPO %s: this stage's share of the time budget is spent after %d steps", stage, step)
                 break
             step_rng = random.Random(f"{cfg.seed}-{stage}-{step}")
             batch = step_rng.sample(pool, min(cfg.inputs_per_step, len(pool)))
