@@ -82,6 +82,7 @@ def plot_training_curve(log_path: Path, png_path: Path) -> bool:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     stages = list(dict.fromkeys(r["stage"] for r in records))
     fig, axes = plt.subplots(1, len(stages), figsize=(4.2 * len(stages), 3.4), squeeze=False)
@@ -89,11 +90,12 @@ def plot_training_curve(log_path: Path, png_path: Path) -> bool:
         rows = [r for r in records if r["stage"] == stage]
         steps = [r["step"] for r in rows]
         ax.plot(steps, [r["reward/mean"] for r in rows], marker="o", label="policy samples (mean)")
-        ax.plot(steps, [r.get("reward/expert", 0.0) for r in rows], linestyle="--", label="c_best (expert)")
-        ax.plot(steps, [r.get("parse/rate", 0.0) for r in rows], linestyle=":", label="parse rate")
+        ax.plot(steps, [r.get("reward/expert", 0.0) for r in rows], linestyle="--", marker="s", label="c_best (expert)")
+        ax.plot(steps, [r.get("parse/rate", 0.0) for r in rows], linestyle=":", marker="x", label="parse rate")
         ax.set_title(f"stage: {stage}")
         ax.set_xlabel("optimizer step")
         ax.set_ylim(-0.05, 1.05)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("reward")
     axes[0][-1].legend(loc="lower right", fontsize=8)
