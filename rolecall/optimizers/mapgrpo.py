@@ -194,9 +194,11 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
         )
 
         experts: list[dict[str, Any] | None] = [None] * len(batch)
+        parsed_counts = [0] * len(batch)
 
         def score(i: int) -> tuple[list[tuple[float, dict]], tuple[float, dict] | None]:
             outputs = [_parse(adapter, predictor.signature, c.text) for c in groups[i]]
+            parsed_counts[i] = sum(o is not None for o in outputs)
             scored = tasks.score(stage, batch[i], outputs)
             experts[i] = self._expert(stage, batch[i], tasks, view, adapter, predictor, messages[i], seed + i)
             return scored, (tasks.score(stage, batch[i], [experts[i]])[0] if experts[i] is not None else None)
@@ -204,7 +206,7 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
         with ThreadPoolExecutor(max(1, len(batch))) as pool:
             scored = list(pool.map(score, range(len(batch))))
         samples: list[PolicySample] = []
-        rewards_all, expert_all, parsed = [], [], 0
+        rewards_all, expert_all = [], []
         components: dict[str, list[float]] = {}
         for item_msgs, comps, (cand, expert), expert_out in zip(messages, groups, scored, experts, strict=True):
             rewards = [r for r, _ in cand] + ([expert[0]] if expert is not None else [])
@@ -221,13 +223,12 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
             for _, parts in cand:
                 for k, v in parts.items():
                     components.setdefault(k, []).append(v)
-            parsed += sum(1 for c in comps if _parse(adapter, predictor.signature, c.text) is not None)
         metrics = {
             "reward/mean": _mean(rewards_all),
             "reward/std": float(torch.tensor(rewards_all).std()) if len(rewards_all) > 1 else 0.0,
             "reward/max": max(rewards_all, default=0.0),
             "reward/expert": _mean(expert_all),
-            "parse/rate": parsed / max(1, len(rewards_all)),
+            "parse/rate": sum(parsed_counts) / max(1, len(rewards_all)),
         }
         metrics.update({f"reward/{k}": _mean(v) for k, v in components.items()})
         return samples, metrics
