@@ -21,7 +21,7 @@ from typing import Any
 from rolecall.evaluation.metrics import f1_score
 from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
 from rolecall.optimizers.rewards.opera import analysis_gold, analysis_reward, plan_reward, rewrite_reward
-from rolecall.signatures.types import hash_refs_to_placeholders
+from rolecall.signatures.types import fill_placeholders, hash_refs_to_placeholders
 
 __all__ = ["GoldRecord", "RoleInput", "OperaRoleTasks", "as_gold_record"]
 
@@ -75,9 +75,7 @@ def _filled_gold_steps(record: GoldRecord) -> list[tuple[str, dict[str, Any]]]:
     answers = {i: str(s.get("answer", "")) for i, s in enumerate(steps, 1)}
     out = []
     for step in steps:
-        text = str(step.get("question", ""))
-        for j in sorted(answers, reverse=True):  # #12 before #1
-            text = text.replace(f"#{j}", answers[j])
+        text, _ = fill_placeholders(str(step.get("question", "")), answers)
         out.append((text, step))
     return out
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match, f1_score, ndcg_at_k
-from rolecall.signatures.types import find_placeholders, is_null_answer
+from rolecall.signatures.types import fill_placeholders, find_placeholders, is_null_answer
 
 __all__ = [
     "PlanRewardWeights",
@@ -210,9 +210,7 @@ def analysis_gold(
     for i, step in enumerate(decomposition, 1):
         if not shown & set(_field(step, "supporting_ids") or []):
             continue
-        text = _question_of(step)
-        for j, ans in answers.items():
-            text = text.replace(f"#{j}", ans)
+        text, _ = fill_placeholders(_question_of(step), answers)
         score = f1_score(sub_goal, text)
         if best is None or score > best[0]:
             best = (score, answers[i])
