@@ -9,6 +9,7 @@ or the parse error, the wall time and the token usage.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import inspect
 import json
@@ -16,7 +17,8 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,11 +31,13 @@ from rolecall.errors import ConfigError, ModelLoadError
 from rolecall.programs.trajectory import Step, Trajectory
 from rolecall.retrievers.base import Passage, Retriever
 
-__all__ = ["Program", "LMCallRecorder", "COMPLETED_MARKER", "format_passages", "is_local_lm"]
+__all__ = ["Program", "LMCallRecorder", "COMPLETED_MARKER", "format_passages", "is_local_lm", "parallel_map"]
 
 logger = logging.getLogger(__name__)
 
 P = TypeVar("P", bound="Program")
+T = TypeVar("T")
+R = TypeVar("R")
 
 _STATE_FILE = "program.json"
 _ADAPTER_DIR = "adapters"
@@ -114,6 +118,26 @@ def format_passages(passages: Sequence[Any], *, max_chars: int = 300, max_total_
         lines.append(line)
         total += len(line) + 1
     return "\n".join(lines) if lines else "(no passages)"
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T], *, max_workers: int | None = None) -> list[R]:
+    """``[fn(x) for x in items]`` run on threads, each in a copy of the caller's context (DSPy settings included).
+
+    Independent sub-tasks of one question (STRIDE's ready sub-questions, a Leader's wave of Searchers) run this way so
+    their LM calls reach a ``LocalLM`` at the same time and are batched into one forward pass. A plain thread pool
+    would lose ``dspy.context(...)`` overrides (the LM, callbacks, usage tracking), which live in context variables.
+    Exceptions propagate from ``fn``, as in the list comprehension; results keep the order of ``items``.
+
+    Example:
+        >>> parallel_map(lambda x: x * x, [1, 2, 3])
+        [1, 4, 9]
+    """
+    if len(items) <= 1 or max_workers == 1:
+        return [fn(x) for x in items]
+    contexts = [contextvars.copy_context() for _ in items]
+    with ThreadPoolExecutor(max_workers=max_workers or len(items)) as pool:
+        futures = [pool.submit(ctx.run, fn, x) for ctx, x in zip(contexts, items, strict=True)]
+        return [f.result() for f in futures]
 
 
 def _completion_text(output: Any) -> str:

@@ -8,11 +8,14 @@ an exhausted budget) are steps too: they are data, never exceptions.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 __all__ = ["Step", "Trajectory"]
+
+_ADD_LOCK = threading.Lock()  # module-level, so trajectories stay deep-copyable and picklable
 
 StepKind = Literal["role", "retrieval", "event"]
 
@@ -61,8 +64,9 @@ class Trajectory:
     started: float = field(default_factory=time.perf_counter)
 
     def add(self, step: Step) -> Step:
-        """Append ``step`` and return it."""
-        self.steps.append(step)
+        """Append ``step`` and return it (thread-safe: concurrent sub-tasks of one question share a trajectory)."""
+        with _ADD_LOCK:
+            self.steps.append(step)
         return step
 
     def event(self, name: str, **meta: Any) -> Step:

@@ -14,29 +14,16 @@ from rolecall.programs.base import Program, format_passages
 from rolecall.programs.demos import default_demos
 from rolecall.programs.trajectory import Trajectory
 from rolecall.retrievers.base import Retriever
+from rolecall.signatures.baselines import AnswerFromPassages, AnswerQuestion
 
-__all__ = ["NoRetrievalCoT", "SingleStepRAG", "AnswerQuestion", "AnswerFromPassages"]
-
-
-class AnswerQuestion(dspy.Signature):
-    """Answer the question. Give only the short answer."""
-
-    question: str = dspy.InputField()
-    answer: str = dspy.OutputField(desc="a few words")
-
-
-class AnswerFromPassages(dspy.Signature):
-    """Answer the question using the passages. Give only the short answer."""
-
-    question: str = dspy.InputField()
-    passages: str = dspy.InputField(desc="retrieved passages")
-    answer: str = dspy.OutputField(desc="a few words")
+__all__ = ["NoRetrievalCoT", "SingleStepRAG", "Demos", "resolve_demos"]
 
 
 Demos = Literal["auto"] | dict[str, list[dspy.Example]] | None
 
 
-def _demos(demos: Any, kind: Literal["cot", "rag"]) -> dict[str, list[dspy.Example]] | None:
+def resolve_demos(demos: Any, kind: Literal["cot", "rag"]) -> dict[str, list[dspy.Example]] | None:
+    """The initial demos of a baseline: ``"auto"`` -> the built-in ``kind`` demos; None or a dict pass through."""
     if demos is None or isinstance(demos, dict):
         return demos
     if demos == "auto":
@@ -68,7 +55,7 @@ class NoRetrievalCoT(Program):
     ) -> None:
         super().__init__(retriever, lm=lm, per_role_adapters=per_role_adapters, adapter=adapter, lm_kwargs=lm_kwargs)
         self.answer = dspy.ChainOfThought(AnswerQuestion)
-        initial = _demos(demos, "cot")
+        initial = resolve_demos(demos, "cot")
         if initial:
             self.set_demos(initial)
         self._bind_lm()
@@ -122,7 +109,7 @@ class SingleStepRAG(Program):
         self.top_k, self.max_passage_chars, self.max_context_chars = top_k, max_passage_chars, max_context_chars
         self._config |= {"top_k": top_k, "max_passage_chars": max_passage_chars, "max_context_chars": max_context_chars}
         self.answer = dspy.ChainOfThought(AnswerFromPassages)
-        initial = _demos(demos, "rag")
+        initial = resolve_demos(demos, "rag")
         if initial:
             self.set_demos(initial)
         self._bind_lm()
