@@ -375,9 +375,15 @@ class Program(dspy.Module):
             raise ConfigError("Program.save writes JSON state and adapters only; save_program=True is not supported")
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        state = self.dump_state()
-        for predictor_state in state.values():
-            predictor_state["lm"] = None
+        # LMs are not program state (and a custom engine may not be serializable): dump with them unbound
+        bound = {name: p.lm for name, p in self.named_predictors()}
+        try:
+            for _, p in self.named_predictors():
+                p.lm = None
+            state = self.dump_state()
+        finally:
+            for name, p in self.named_predictors():
+                p.lm = bound[name]
         adapters: dict[str, str] = {}
         for role in self.roles:
             lm = self.role_lm(role)

@@ -1,4 +1,5 @@
-"""``SchemaLM``: a scripted DSPy LM that answers any signature in ChatAdapter format, for tests without a model.
+"""Scripted DSPy LMs for tests without a model: ``SchemaLM`` answers any signature well-formed, ``ScriptedTextLM``
+returns given raw texts (random or malformed output, for robustness tests).
 
 It reads the output fields from the system message DSPy's adapters write ("Your output fields are: 1. `name` (type)")
 and answers every one of them with a value of the right shape (a JSON list for ``list[...]``, the first option of a
@@ -10,12 +11,13 @@ answers them all, so an optimizer's control flow can be tested end to end.
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
 import dspy
 from dspy.lm15 import Message, Response, TextPart, Usage
 
-__all__ = ["SchemaLM"]
+__all__ = ["SchemaLM", "ScriptedTextLM"]
 
 _FIELD = re.compile(r"^\s*\d+\.\s+`([A-Za-z_][A-Za-z0-9_]*)`\s*\(([^)]*)\)", re.MULTILINE)
 
@@ -84,6 +86,60 @@ class SchemaLM(dspy.LM):
     def __init__(self, answer: str = "unknown") -> None:
         self.engine_impl = _SchemaEngine(answer)
         super().__init__("dummy/schema", engine=self.engine_impl, cache=False, num_retries=0)
+
+    @property
+    def calls(self) -> int:
+        """Number of completions served."""
+        return self.engine_impl.calls
+
+
+class _ScriptedEngine:
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = list(texts) or [""]
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def complete(self, request: Any) -> Response:
+        with self._lock:
+            text = self.texts[self.calls % len(self.texts)]
+            self.calls += 1
+        return Response(
+            id=None,
+            model=request.model,
+            message=Message.assistant([TextPart(text)]),
+            finish_reason="stop",
+            usage=Usage(input_tokens=0, output_tokens=0, total_tokens=0),
+        )
+
+    def stream(self, request: Any):
+        from dspy.lm15 import response_to_events
+
+        return response_to_events(self.complete(request))
+
+    def close(self) -> None:
+        pass
+
+
+class ScriptedTextLM(dspy.LM):
+    r"""An LM that returns the given raw completion texts in turn (cycling), whatever it is asked.
+
+    For robustness tests: drive a program with random or malformed text (hypothesis strategies, half-formed
+    ``[[ ## field ## ]]`` headers, empty strings) and check that it finishes, records the failures and still returns
+    an ``answer`` field. Thread-safe: concurrent calls take the next texts in order.
+
+    Args:
+        texts: the completions to return, in order; an empty list returns ``""`` every time.
+
+    Example:
+        >>> lm = ScriptedTextLM(["[[ ## answer ## ]]\nParis\n\n[[ ## completed ## ]]"])
+        >>> with dspy.context(lm=lm):
+        ...     dspy.Predict("question -> answer")(question="Capital of France?").answer
+        'Paris'
+    """
+
+    def __init__(self, texts: list[str]) -> None:
+        self.engine_impl = _ScriptedEngine(texts)
+        super().__init__("dummy/scripted", engine=self.engine_impl, cache=False, num_retries=0)
 
     @property
     def calls(self) -> int:
