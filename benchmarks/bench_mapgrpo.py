@@ -7,14 +7,17 @@ process:
     .venv/bin/python benchmarks/bench_mapgrpo.py --questions 16 --budget-minutes 5   # a quick look
 
 Prints EM / F1 / cover-EM / success rate of each and the EM differences (target: MAPGRPO >= prompt-only + 10 points
-and > BootstrapFewShot), and writes ``benchmarks/results/bench_mapgrpo.json`` plus the MAPGRPO training log under
-``benchmarks/results/bench_mapgrpo_run/``.
+and > BootstrapFewShot), and writes ``benchmarks/results/bench_mapgrpo.json``. Progress (evaluation records, the
+BootstrapFewShot program, MAPGRPO's log and checkpoints) lives under ``benchmarks/results/bench_mapgrpo_run/``: a
+killed run resumes where it stopped (a resumed MAPGRPO compile gets a fresh time budget for its remaining stages;
+``--fresh`` starts over).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,6 +47,14 @@ def _em_metric(example: dspy.Example, prediction: dspy.Prediction, trace: Any = 
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Prompt-only, BootstrapFewShot and MAPGRPO OPERA on the same held-out questions.
+
+    Every phase keeps its work under ``RUN_DIR`` (the evaluation records, the BootstrapFewShot program, MAPGRPO's
+    checkpoints), so a killed benchmark picks up where it stopped; ``--fresh`` starts over.
+    """
+    run_dir = args.out.parent / "bench_mapgrpo_run"
+    if args.fresh and run_dir.exists():
+        shutil.rmtree(run_dir)
     world = synthetic_world(seed=args.seed)
     held_out = world.test[: args.questions]
     retriever = BM25(world.corpus)
@@ -53,20 +64,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def score(name: str, program: Any) -> None:
         t0 = time.perf_counter()
         with dspy.context(lm=lm):
-            res = evaluate(program, held_out, num_threads=args.threads, show_progress=True)
-        results[name] = {**_metrics(res), "eval_s": time.perf_counter() - t0}
+            res = evaluate(
+                program,
+                held_out,
+                num_threads=args.threads,
+                show_progress=True,
+                output_dir=run_dir / "eval" / name,
+                resume=True,
+            )
+        results[name] = {**_metrics(res), "eval_s": time.perf_counter() - t0, "questions_run_now": res.summary.n_run}
         print(f"  {name:<18} EM {results[name]['em']:.3f}  F1 {results[name]['f1']:.3f}", flush=True)
 
-    prompt_only = OPERA(retriever, lm=lm)
-    score("prompt_only", prompt_only)
+    score("prompt_only", OPERA(retriever, lm=lm))
 
-    t0 = time.perf_counter()
-    bootstrap = dspy.BootstrapFewShot(metric=_em_metric, max_bootstrapped_demos=3, max_labeled_demos=3, max_rounds=1)
-    with dspy.context(lm=lm):
-        bfs = bootstrap.compile(
-            OPERA(retriever, lm=lm), trainset=[e.to_dspy() for e in world.train[: args.bootstrap_train]]
+    saved = run_dir / "bootstrap_program"
+    if (saved / "program.json").is_file():
+        bfs = OPERA.load(saved, retriever=retriever, lm=lm)
+        results["bootstrap_compile_s"] = "resumed"
+    else:
+        t0 = time.perf_counter()
+        bootstrap = dspy.BootstrapFewShot(
+            metric=_em_metric, max_bootstrapped_demos=3, max_labeled_demos=3, max_rounds=1
         )
-    results["bootstrap_compile_s"] = time.perf_counter() - t0
+        with dspy.context(lm=lm):
+            bfs = bootstrap.compile(
+                OPERA(retriever, lm=lm), trainset=[e.to_dspy() for e in world.train[: args.bootstrap_train]]
+            )
+        results["bootstrap_compile_s"] = time.perf_counter() - t0
+        bfs.save(saved)
     score("bootstrap_fewshot", bfs)
 
     t0 = time.perf_counter()
@@ -74,14 +99,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         group_size=args.group_size,
         time_budget_s=args.budget_minutes * 60,
         expert_gradient=True,
-        output_dir=args.out.parent / "bench_mapgrpo_run",
+        output_dir=run_dir,
         num_threads=args.threads,
         seed=args.seed,
+        resume=True,
     )
     optimizer = MAPGRPO(config)
     trained = OPERA(retriever, lm=lm).compile(optimizer=optimizer, trainset=world.train)
     results["mapgrpo_train_s"] = time.perf_counter() - t0
-    results["mapgrpo_log"] = optimizer.history
+    log_path = run_dir / "train_log.jsonl"
+    results["mapgrpo_log"] = (
+        [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+        if log_path.is_file()
+        else optimizer.history
+    )
     score("mapgrpo", trained)
 
     results["em_gain_vs_prompt_only"] = results["mapgrpo"]["em"] - results["prompt_only"]["em"]
@@ -99,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=16, help="concurrent questions (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="world and training seed (default 0)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results JSON path")
+    parser.add_argument("--fresh", action="store_true", help="discard saved progress (records, checkpoints) first")
     args = parser.parse_args(argv)
     print(f"bench_mapgrpo: {args.questions} held-out synthetic questions, embedded SmolLM2-135M")
     results = run(args)
