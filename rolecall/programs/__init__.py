@@ -1,20 +1,50 @@
 """Programs: rolecall's multi-agent systems and baselines as ``dspy.Module``\\ s, and their Trajectory Memory."""
 
-from rolecall.programs.base import LMCallRecorder, Program, format_passages
-from rolecall.programs.baselines import NoRetrievalCoT, SingleStepRAG
+from rolecall.programs.base import LMCallRecorder, Program, format_passages, parallel_map
+from rolecall.programs.baselines import (
+    IRCoT,
+    IterRetGen,
+    NoRetrievalCoT,
+    ReActAgent,
+    SearchR1Agent,
+    SelfAsk,
+    SingleStepRAG,
+)
+from rolecall.programs.d2plan import D2Plan
+from rolecall.programs.d2plan_facts import D2PlanFacts, d2plan_facts
 from rolecall.programs.demos import cot_demos, default_demos, opera_demos, rag_demos
 from rolecall.programs.opera import OPERA
+from rolecall.programs.reap import REAP
+from rolecall.programs.stride import STRIDE
+from rolecall.programs.stride_state import StrideState, causal_rewrite_steps
+from rolecall.programs.team import CascadedTeam, HierarchicalTeam, tool_steps
 from rolecall.programs.trajectory import Step, Trajectory
 
 __all__ = [
     "Program",
     "OPERA",
+    "REAP",
+    "CascadedTeam",
+    "HierarchicalTeam",
+    "D2Plan",
+    "STRIDE",
     "NoRetrievalCoT",
     "SingleStepRAG",
+    "IRCoT",
+    "IterRetGen",
+    "SelfAsk",
+    "ReActAgent",
+    "SearchR1Agent",
     "Trajectory",
     "Step",
     "LMCallRecorder",
     "format_passages",
+    "parallel_map",
+    "tool_steps",
+    "d2plan_facts",
+    "D2PlanFacts",
+    "StrideState",
+    "causal_rewrite_steps",
     "default_demos",
     "opera_demos",
     "cot_demos",

@@ -249,8 +249,13 @@ class Program(dspy.Module):
             roles[role].demos = list(role_demos)
 
     # ------------------------------------------------------------------ recorded calls
-    def call_role(self, role: str, trajectory: Trajectory, **inputs: Any) -> dspy.Prediction | None:
+    def call_role(
+        self, role: str, trajectory: Trajectory, *, lm_config: dict[str, Any] | None = None, **inputs: Any
+    ) -> dspy.Prediction | None:
         """Run ``role`` on ``inputs`` and record a ``Step(kind="role")``; None when the call or its parsing failed.
+
+        ``lm_config`` overrides the role's ``lm_kwargs`` for this one call (e.g. ``{"n": 5, "temperature": 1.0}`` to
+        sample several candidates).
 
         The step holds the inputs, the exact chat messages and raw completion of the (last) LM call, the parsed
         outputs or the error, the seconds taken and ``usage`` (``prompt_tokens``, ``completion_tokens``,
@@ -262,7 +267,7 @@ class Program(dspy.Module):
         call_kwargs: dict[str, Any] = {}
         if predictor.lm is None and role in self._role_lms:
             call_kwargs["lm"] = self._role_lms[role]
-        lm_kwargs = {**self.lm_kwargs.get("*", {}), **self.lm_kwargs.get(role, {})}
+        lm_kwargs = {**self.lm_kwargs.get("*", {}), **self.lm_kwargs.get(role, {}), **(lm_config or {})}
         if lm_kwargs:
             call_kwargs["config"] = lm_kwargs
         overrides: dict[str, Any] = {
@@ -384,11 +389,12 @@ class Program(dspy.Module):
         finally:
             for name, p in self.named_predictors():
                 p.lm = bound[name]
-        adapters: dict[str, str] = {}
+        adapters: dict[str, str] = {}  # role -> adapter name; roles sharing one adapter save it once
         for role in self.roles:
             lm = self.role_lm(role)
             if is_local_lm(lm) and lm.adapter is not None:
-                lm.save_adapter(path / _ADAPTER_DIR / role)
+                if lm.adapter not in adapters.values():
+                    lm.save_adapter(path / _ADAPTER_DIR / lm.adapter)
                 adapters[role] = lm.adapter
         payload = {
             "format_version": _FORMAT_VERSION,
@@ -429,8 +435,14 @@ class Program(dspy.Module):
                 for d in predictor.demos
             ]
         if is_local_lm(lm):
-            for role in payload.get("adapters", {}):
-                program.set_role_lm(role, lm.load_adapter(path / _ADAPTER_DIR / role, name=role))
+            views: dict[str, Any] = {}
+            for role, name in payload.get("adapters", {}).items():
+                if name not in views:
+                    folder = path / _ADAPTER_DIR / name
+                    if not folder.is_dir():  # format 1 wrote one folder per role
+                        folder = path / _ADAPTER_DIR / role
+                    views[name] = lm.load_adapter(folder, name=name)
+                program.set_role_lm(role, views[name])
         return program
 
 

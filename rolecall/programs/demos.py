@@ -36,6 +36,13 @@ __all__ = [
     "default_demo_source",
     "select_examples",
     "filled_steps",
+    "docs_by_id",
+    "distractor_docs",
+    "demo_passages",
+    "as_corpus_mapping",
+    "DEMO_PASSAGE_CHARS",
+    "HANDWRITTEN_EXAMPLES",
+    "HANDWRITTEN_CORPUS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -92,20 +99,26 @@ def _plan(example: Example) -> list[str]:
     return [hash_refs_to_placeholders(s.question, answers) for s in steps]
 
 
-def _docs(corpus: Mapping[str, Document], ids: Sequence[str]) -> list[Document]:
+def docs_by_id(corpus: Mapping[str, Document], ids: Sequence[str]) -> list[Document]:
+    """The documents of ``ids`` found in ``corpus``, in order (missing ids skipped)."""
     return [corpus[i] for i in ids if i in corpus]
 
 
-def _distractors(corpus: Mapping[str, Document], avoid: Sequence[str], n: int, rng: random.Random) -> list[Document]:
+def distractor_docs(corpus: Mapping[str, Document], avoid: Sequence[str], n: int, rng: random.Random) -> list[Document]:
+    """``n`` random documents of ``corpus`` whose ids are not in ``avoid`` (fewer when the corpus is small)."""
     pool = [d for d in corpus.values() if d.id not in set(avoid)]
     return rng.sample(pool, min(n, len(pool)))
 
 
-def _passages(docs: Sequence[Document]) -> str:
-    return format_passages(docs, max_chars=DEMO_PASSAGE_CHARS, max_total_chars=3 * DEMO_PASSAGE_CHARS)
+def demo_passages(docs: Sequence[Document]) -> str:
+    """Demo passages: each cut to ``DEMO_PASSAGE_CHARS``, all of them kept (room left for the ``"[n] "`` prefixes)."""
+    return format_passages(
+        docs, max_chars=DEMO_PASSAGE_CHARS, max_total_chars=max(len(docs), 1) * (DEMO_PASSAGE_CHARS + 8)
+    )
 
 
-def _as_mapping(corpus: Mapping[str, Document] | Sequence[Document]) -> Mapping[str, Document]:
+def as_corpus_mapping(corpus: Mapping[str, Document] | Sequence[Document]) -> Mapping[str, Document]:
+    """``corpus`` as documents by id (a list of documents is indexed)."""
     return corpus if isinstance(corpus, Mapping) else {d.id: d for d in corpus}
 
 
@@ -127,7 +140,7 @@ def opera_demos(
     Returns:
         Role name -> list of ``dspy.Example`` with the role's input and output fields.
     """
-    corpus = _as_mapping(corpus)
+    corpus = as_corpus_mapping(corpus)
     rng = random.Random(seed)
     chosen = select_examples(examples, n)
     demos: dict[str, list[dspy.Example]] = {"plan": [], "analysis": [], "rewrite": [], "synthesis": []}
@@ -138,15 +151,15 @@ def opera_demos(
             dspy.Example(question=e.question, evidence=evidence, answer=e.answer).with_inputs("question", "evidence")
         )
     # analysis / rewrite use single sub-steps: the last step of each chosen example, then earlier ones
-    steps = [(q, s) for e in chosen for q, s in reversed(filled_steps(e)) if _docs(corpus, s.supporting_ids)]
+    steps = [(q, s) for e in chosen for q, s in reversed(filled_steps(e)) if docs_by_id(corpus, s.supporting_ids)]
     for i, (question, step) in enumerate(steps[: max(n - 1, 1)]):
-        gold = _docs(corpus, step.supporting_ids)[:1]
-        noise = _distractors(corpus, step.supporting_ids, 1, rng)
+        gold = docs_by_id(corpus, step.supporting_ids)[:1]
+        noise = distractor_docs(corpus, step.supporting_ids, 1, rng)
         shown = gold + noise if i % 2 == 0 else noise + gold
         demos["analysis"].append(
             dspy.Example(
                 sub_goal=question,
-                passages=_passages(shown),
+                passages=demo_passages(shown),
                 sufficient="yes",
                 answer=step.answer,
                 confidence="high",
@@ -154,9 +167,9 @@ def opera_demos(
             ).with_inputs("sub_goal", "passages")
         )
     for i, (question, step) in enumerate(steps[:n]):
-        entity = _docs(corpus, step.supporting_ids)[0].title
+        entity = docs_by_id(corpus, step.supporting_ids)[0].title
         missing = f"a passage about {entity}"
-        noise = _passages(_distractors(corpus, step.supporting_ids, 2, rng))
+        noise = demo_passages(distractor_docs(corpus, step.supporting_ids, 2, rng))
         if i == 0 and n > 1:  # the negative analysis demo
             demos["analysis"].append(
                 dspy.Example(
@@ -191,14 +204,14 @@ def rag_demos(
     examples: Sequence[Example], corpus: Mapping[str, Document] | Sequence[Document], *, n: int = 3, seed: int = 0
 ) -> dict[str, list[dspy.Example]]:
     """Demos for ``SingleStepRAG``'s ``answer`` role: (question, gold passages + a distractor) -> reasoning + answer."""
-    corpus = _as_mapping(corpus)
+    corpus = as_corpus_mapping(corpus)
     rng = random.Random(seed)
     out = []
     for e in select_examples(examples, n):
-        docs = _docs(corpus, e.supporting_ids)[:2] + _distractors(corpus, e.supporting_ids, 1, rng)
+        docs = docs_by_id(corpus, e.supporting_ids)[:2] + distractor_docs(corpus, e.supporting_ids, 1, rng)
         out.append(
             dspy.Example(
-                question=e.question, passages=_passages(docs), reasoning=_reasoning(e), answer=e.answer
+                question=e.question, passages=demo_passages(docs), reasoning=_reasoning(e), answer=e.answer
             ).with_inputs("question", "passages")
         )
     return {"answer": out}
@@ -212,7 +225,7 @@ def default_demo_source() -> tuple[tuple[Example, ...], tuple[Document, ...]]:
         from rolecall.data.synthetic import synthetic_world
     except ImportError:
         logger.info("rolecall.data.synthetic is not available; using the hand-written demo set")
-        return _HANDWRITTEN_EXAMPLES, _HANDWRITTEN_CORPUS
+        return HANDWRITTEN_EXAMPLES, HANDWRITTEN_CORPUS
     world = synthetic_world(seed=12345)
     return tuple(world.train), tuple(world.corpus)
 
@@ -239,7 +252,7 @@ def default_demos(kind: DemoKind, *, n: int = 3) -> dict[str, list[dspy.Example]
 # ---------------------------------------------------------------------------------------------------------------------
 # A fixed, hand-written demo source (fictional, so no model can answer from memory), used without the synthetic world.
 # ---------------------------------------------------------------------------------------------------------------------
-_HANDWRITTEN_CORPUS: tuple[Document, ...] = (
+HANDWRITTEN_CORPUS: tuple[Document, ...] = (
     Document("city/varn", "Varn", "Varn is a city in the country of Ostria, on the river Melk."),
     Document(
         "country/ostria", "Ostria", "Ostria is a country whose capital is Dellin. Its official language is Ostrian."
@@ -249,7 +262,7 @@ _HANDWRITTEN_CORPUS: tuple[Document, ...] = (
     Document("band/kelpie-road", "Kelpie Road", "Kelpie Road is a band formed in 1990 by Ivo Brask and Nell Ardo."),
     Document("company/morrow-books", "Morrow Books", "Morrow Books is a publisher founded by Ada Quell in 1950."),
 )
-_HANDWRITTEN_EXAMPLES: tuple[Example, ...] = (
+HANDWRITTEN_EXAMPLES: tuple[Example, ...] = (
     Example(
         id="demo-1",
         question="What is the official language of the country in which the city of Varn lies?",

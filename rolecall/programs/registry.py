@@ -18,9 +18,21 @@ __all__ = ["PROGRAMS", "program_names", "get_program_class", "build_program"]
 logger = logging.getLogger(__name__)
 
 PROGRAMS: dict[str, str] = {
+    # the five seed systems
     "opera": "rolecall.programs.opera:OPERA",
+    "reap": "rolecall.programs.reap:REAP",
+    "cascaded_team": "rolecall.programs.team:CascadedTeam",
+    "hierarchical_team": "rolecall.programs.team:HierarchicalTeam",
+    "d2plan": "rolecall.programs.d2plan:D2Plan",
+    "stride": "rolecall.programs.stride:STRIDE",
+    # the baselines the papers compare against
     "no_retrieval_cot": "rolecall.programs.baselines:NoRetrievalCoT",
     "single_step_rag": "rolecall.programs.baselines:SingleStepRAG",
+    "ircot": "rolecall.programs.baselines:IRCoT",
+    "iter_retgen": "rolecall.programs.baselines:IterRetGen",
+    "self_ask": "rolecall.programs.baselines:SelfAsk",
+    "react": "rolecall.programs.baselines:ReActAgent",
+    "search_r1": "rolecall.programs.baselines:SearchR1Agent",
 }
 """CLI name → ``"module:Class"`` of every program ``rolecall eval --program`` can build."""
 

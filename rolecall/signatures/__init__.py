@@ -1,6 +1,31 @@
-"""Typed role signatures, one module per system, and the shared value types they use."""
+"""Typed role signatures, one module per system, and the shared value types they use.
 
+Each system's module also holds its own value types and output readers (``rolecall.signatures.reap.parse_plan``,
+``rolecall.signatures.stride.read_action``, ...); only the signatures and the shared types are re-exported here.
+"""
+
+from rolecall.signatures.baselines import (
+    AnswerFollowUp,
+    AnswerFromPassages,
+    AnswerFromReasoning,
+    AnswerQuestion,
+    AskFollowUp,
+    GenerateWithPassages,
+    NextReasoningSentence,
+)
+from rolecall.signatures.d2plan import (
+    Purify,
+    ReasonerAnswer,
+    ReasonerPlan,
+    ReasonerRefine,
+    ReasonerRevise,
+    ReasonerStep,
+)
 from rolecall.signatures.opera import AnalyzeAnswer, PlanSubGoals, RewriteQuery, SynthesizeAnswer
+from rolecall.signatures.reap import DecomposeTaskPlan, ExtractStructuredFact, RepairPlan, SynthesizeFromFacts
+from rolecall.signatures.search_r1 import ReActQuestion, SearchR1Turn
+from rolecall.signatures.stride import DirectPlan, ExtractFacts, FallbackAnswer, MetaPlan, ReasonAnswer, Supervise
+from rolecall.signatures.team import AnswerFromReports, DelegateOrAnswer, SearchOrReport
 from rolecall.signatures.types import (
     CONFIDENCE_SCORES,
     NULL_ANSWERS,
@@ -15,6 +40,40 @@ from rolecall.signatures.types import (
 )
 
 __all__ = [
+    # baselines
+    "AnswerQuestion",
+    "AnswerFromPassages",
+    "NextReasoningSentence",
+    "AnswerFromReasoning",
+    "GenerateWithPassages",
+    "AskFollowUp",
+    "AnswerFollowUp",
+    "ReActQuestion",
+    "SearchR1Turn",
+    # REAP
+    "DecomposeTaskPlan",
+    "ExtractStructuredFact",
+    "RepairPlan",
+    "SynthesizeFromFacts",
+    # MultiAgent-OPD teams
+    "DelegateOrAnswer",
+    "SearchOrReport",
+    "AnswerFromReports",
+    # D2Plan
+    "ReasonerPlan",
+    "ReasonerStep",
+    "ReasonerRefine",
+    "ReasonerRevise",
+    "ReasonerAnswer",
+    "Purify",
+    # STRIDE
+    "MetaPlan",
+    "DirectPlan",
+    "Supervise",
+    "ExtractFacts",
+    "ReasonAnswer",
+    "FallbackAnswer",
+    # OPERA
     "AnalyzeAnswer",
     "PlanSubGoals",
     "RewriteQuery",

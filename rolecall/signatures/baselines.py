@@ -3,9 +3,20 @@ single-step RAG and the iterative retrieval baselines."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import dspy
 
-__all__ = ["AnswerQuestion", "AnswerFromPassages"]
+__all__ = [
+    "AnswerQuestion",
+    "AnswerFromPassages",
+    "NextReasoningSentence",
+    "AnswerFromReasoning",
+    "GenerateWithPassages",
+    "SelfAskAction",
+    "AskFollowUp",
+    "AnswerFollowUp",
+]
 
 
 class AnswerQuestion(dspy.Signature):
@@ -19,5 +30,63 @@ class AnswerFromPassages(dspy.Signature):
     """Answer the question using the passages. Give only the short answer."""
 
     question: str = dspy.InputField()
+    passages: str = dspy.InputField(desc="retrieved passages")
+    answer: str = dspy.OutputField(desc="a few words")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# IRCoT (Trivedi et al., ACL 2023): one chain-of-thought sentence per call, each sentence the next retrieval query.
+# ---------------------------------------------------------------------------------------------------------------------
+class NextReasoningSentence(dspy.Signature):
+    """Write the next sentence of step-by-step reasoning toward the answer, using a fact from the passages.
+    When the reasoning so far is enough, end with: So the answer is <answer>."""
+
+    question: str = dspy.InputField()
+    passages: str = dspy.InputField(desc="retrieved passages")
+    reasoning: str = dspy.InputField(desc="sentences written so far")
+    next_sentence: str = dspy.OutputField(desc="one sentence")
+
+
+class AnswerFromReasoning(dspy.Signature):
+    """Give the short answer to the question that the reasoning and passages support."""
+
+    question: str = dspy.InputField()
+    passages: str = dspy.InputField(desc="retrieved passages")
+    reasoning: str = dspy.InputField(desc="step-by-step reasoning")
+    answer: str = dspy.OutputField(desc="a few words")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Iter-RetGen (Shao et al., Findings of EMNLP 2023): the generator, run once per retrieval-generation iteration.
+# ---------------------------------------------------------------------------------------------------------------------
+class GenerateWithPassages(dspy.Signature):
+    """Reason over the passages step by step, then give the short answer to the question."""
+
+    question: str = dspy.InputField()
+    passages: str = dspy.InputField(desc="retrieved passages")
+    answer: str = dspy.OutputField(desc="a few words")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Self-Ask (Press et al., Findings of EMNLP 2023) with retrieval answering the follow-up questions.
+# ---------------------------------------------------------------------------------------------------------------------
+SelfAskAction = Literal["follow_up", "final_answer"]
+"""What the Self-Ask model does next: ask another follow-up question, or give the final answer."""
+
+
+class AskFollowUp(dspy.Signature):
+    """Solve the question one follow-up question at a time. If a fact is still missing, choose follow_up and ask one
+    simple question that names the entity. If the intermediate answers are enough, choose final_answer and answer."""
+
+    question: str = dspy.InputField()
+    history: str = dspy.InputField(desc="follow-up questions so far with their intermediate answers")
+    action: SelfAskAction = dspy.OutputField()
+    text: str = dspy.OutputField(desc="the follow-up question, or the final answer in a few words")
+
+
+class AnswerFollowUp(dspy.Signature):
+    """Answer the simple question from the passages. Give only the short answer, or unknown."""
+
+    follow_up: str = dspy.InputField(desc="a simple question")
     passages: str = dspy.InputField(desc="retrieved passages")
     answer: str = dspy.OutputField(desc="a few words")

@@ -28,6 +28,8 @@ def _value(type_text: str, name: str, answer: str) -> str:
         options = re.findall(r"'([^']*)'|\"([^\"]*)\"", t)
         first = next((a or b for a, b in options), "")
         return first
+    if t.replace(" ", "").lower() in ("list[int]", "list[float]"):
+        return "[1]"
     if t.startswith("list") or t.startswith("List"):
         return '["' + answer + '"]'
     if t in ("int",):

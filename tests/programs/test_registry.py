@@ -26,7 +26,9 @@ def fake_module(monkeypatch):
 
 
 def test_the_issue_programs_are_registered():
-    assert {"opera", "no_retrieval_cot", "single_step_rag"} <= set(PROGRAMS)
+    systems = {"opera", "reap", "cascaded_team", "hierarchical_team", "d2plan", "stride"}
+    baselines = {"no_retrieval_cot", "single_step_rag", "ircot", "iter_retgen", "self_ask", "react", "search_r1"}
+    assert systems | baselines <= set(PROGRAMS)
     assert program_names() == sorted(PROGRAMS)
     assert all(":" in target for target in PROGRAMS.values())
 
@@ -58,3 +60,21 @@ def test_a_missing_dependency_is_not_hidden(monkeypatch, tmp_path):
     monkeypatch.setitem(registry.PROGRAMS, "needs_dep", "fake_registry_needs_dep:Thing")
     with pytest.raises(ModuleNotFoundError, match="rolecall_test_missing_dependency"):
         get_program_class("needs_dep")
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_every_registered_program_imports_and_follows_the_contract(name):
+    import inspect
+
+    cls = get_program_class(name)
+    params = inspect.signature(cls.__init__).parameters
+    assert {"retriever", "lm", "demos", "lm_kwargs", "per_role_adapters", "adapter"} <= set(params), name
+    assert params["lm"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_eval_cli_accepts_every_program(name):
+    from rolecall.cli import build_parser
+
+    args = build_parser().parse_args(["eval", "--program", name, "--dataset", "synthetic"])
+    assert args.program == name
