@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.rolecall-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast test-embedded-programs lint bench clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,9 @@ test: setup
 
 test-fast: setup
 	$(VENV)/bin/pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-embedded-programs: setup
+	ROLECALL_TEST_ALL_PROGRAMS=1 $(VENV)/bin/pytest -q tests/programs/test_all_programs_embedded.py $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check rolecall tests benchmarks experiments

@@ -81,7 +81,12 @@ def run_one(program_name: str, dataset: str, examples: list[Any], retriever: Any
     out = args.out / "runs" / dataset / program_name
     with dspy.context(lm=lm):
         result = evaluate(
-            program, examples, num_threads=args.threads, output_dir=out, show_progress=True, resume=not args.fresh
+            program,
+            examples,
+            num_threads=args.threads,
+            output_dir=out,
+            show_progress=getattr(args, "concurrent_programs", 1) == 1,
+            resume=not args.fresh,
         )
     return row_of(program_name, dataset, result.summary.to_dict())
 
@@ -172,6 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--datasets", default=",".join(DATASETS), help=f"comma-separated, from {', '.join(DATASETS)}")
     parser.add_argument("--limit", type=int, default=50, help="questions per dataset (default 50)")
     parser.add_argument("--threads", type=int, default=8, help="questions run concurrently (default 8)")
+    parser.add_argument(
+        "--concurrent-programs",
+        type=int,
+        default=4,
+        help="programs evaluated at the same time; their LM calls share batches (default 4)",
+    )
     parser.add_argument("--k", type=int, default=5, help="BM25 default k (programs keep their own top_k)")
     parser.add_argument("--out", type=Path, default=REPO / "experiments" / "results", help="output directory")
     parser.add_argument("--fresh", action="store_true", help="ignore saved records and rerun every question")
@@ -183,10 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(names) - set(program_names()))
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     bad = sorted(set(datasets) - set(DATASETS))
-    if unknown or bad or args.limit < 1 or args.threads < 1:
-        parser.error(f"unknown programs {unknown} / datasets {bad}, or --limit/--threads < 1")
+    if unknown or bad or min(args.limit, args.threads, args.concurrent_programs) < 1:
+        parser.error(f"unknown programs {unknown} / datasets {bad}, or --limit/--threads/--concurrent-programs < 1")
     if not args.report_only:
         from rolecall.lm import LocalLM
+        from rolecall.programs.base import parallel_map
         from rolecall.retrievers.bm25 import BM25
 
         lm = LocalLM()
@@ -198,14 +210,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             examples, corpus = loaded
             retriever = BM25(corpus, default_k=args.k)
             print(f"{dataset}: {len(examples)} questions, closed corpus of {len(corpus)} passages", flush=True)
-            for name in names:
-                start = time.perf_counter()
+            start = time.perf_counter()
+
+            def one(
+                name: str,
+                dataset: str = dataset,
+                examples: list[Any] = examples,
+                retriever: Any = retriever,
+                start: float = start,
+            ) -> None:
                 row = run_one(name, dataset, examples, retriever, lm, args)
                 print(
                     f"  {name:<20} EM {row['em']:.3f}  F1 {row['f1']:.3f}  success {row['success_rate']:.2f}  "
-                    f"({time.perf_counter() - start:.0f} s)",
+                    f"(done at {time.perf_counter() - start:.0f} s)",
                     flush=True,
                 )
+
+            parallel_map(one, names, max_workers=args.concurrent_programs)
     rows = [r for r in saved_rows(args.out) if r["program"] in names and r["dataset"] in datasets]
     if not rows:
         print("no finished runs to report", file=sys.stderr)

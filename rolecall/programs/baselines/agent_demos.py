@@ -61,13 +61,17 @@ def _episode(example: Example, corpus: Mapping[str, Document], rng: random.Rando
 
 
 def _thought(turns: list[dict[str, str]], stage: int) -> str:
-    """What the agent thinks before move ``stage`` (0 = first search, ``len(turns)`` = finish)."""
+    """What the agent thinks before move ``stage`` (0 = first search, ``len(turns)`` = finish).
+
+    Kept to one short line: SmolLM2-135M copies the shape of demo thoughts, and a thought that quotes the passages
+    ("The passages say: [1] ...") runs past the token budget.
+    """
     if stage == 0:
-        return f"I need to find out: {turns[0]['query']}"
-    found = f"The passages say {turns[stage - 1]['answer']}."
+        return f"First find: {turns[0]['query']}"
+    found = f"Found {turns[stage - 1]['answer']}."
     if stage == len(turns):
-        return f"{found} That answers the question."
-    return f"{found} Next I need: {turns[stage]['query']}"
+        return f"{found} Done."
+    return f"{found} Now find: {turns[stage]['query']}"
 
 
 def _stages(n: int, hops: list[int]) -> list[int]:
