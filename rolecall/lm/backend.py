@@ -8,6 +8,7 @@ keep generating.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
@@ -106,6 +107,7 @@ class ModelBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.lora_config = lora_config
         self.adapter_versions: dict[str, int] = {}
+        self._identity: dict[str, tuple[int, bool]] = {}  # adapter -> (version checked, all LoRA B zero)
         self.eos_token_ids = self._eos_ids()
         self.batcher = RequestBatcher(self._run_batch, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms)
 
@@ -205,8 +207,37 @@ class ModelBackend:
             self.adapter_versions[name] = self.adapter_versions.get(name, 0) + 1
 
     def mark_updated(self, name: str) -> None:
-        """Record that adapter ``name``'s weights changed (trainers call this after each optimizer step)."""
+        """Record that adapter ``name``'s weights changed. Trainers call this after each optimizer step; any code that
+        changes adapter weights by hand must call it too (untrained adapters are routed to the base model)."""
         self.adapter_versions[name] = self.adapter_versions.get(name, 0) + 1
+
+    def is_identity_adapter(self, name: str) -> bool:
+        """Whether adapter ``name`` still computes the base model (every LoRA ``B`` matrix is zero, as created).
+
+        Cached per adapter version, so an adapter is re-checked after every ``mark_updated`` / ``load_adapter``.
+        """
+        version = self.adapter_versions.get(name, 0)
+        cached = self._identity.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        identity = True
+        for module in self.model.modules():
+            lora_b = getattr(module, "lora_B", None)
+            if lora_b is not None and name in lora_b and bool(lora_b[name].weight.detach().any()):
+                identity = False
+                break
+        self._identity[name] = (version, identity)
+        return identity
+
+    def _route_identity_adapters(self, requests: Sequence[GenerationRequest]) -> list[GenerationRequest]:
+        """Send requests for untrained (identity) adapters to the base model: same output, and a batch mixing many
+        adapters (a dozen programs of several roles each) otherwise runs one LoRA matmul per adapter and layer."""
+        routed = []
+        for r in requests:
+            if r.adapter is not None and self.is_peft and self.is_identity_adapter(r.adapter):
+                r = dataclasses.replace(r, adapter=None)
+            routed.append(r)
+        return routed
 
     # ------------------------------------------------------------------ generation
     def _run_batch(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
@@ -214,6 +245,7 @@ class ModelBackend:
             was_training = self.model.training
             self.model.eval()
             try:
+                requests = self._route_identity_adapters(requests)
                 return generate_batch(self.model, self.tokenizer, requests, eos_token_ids=self.eos_token_ids)
             finally:
                 if was_training:

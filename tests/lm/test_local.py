@@ -122,3 +122,20 @@ def test_errors(lm, tmp_path):
         lm.load_adapter(tmp_path / "missing", name="x")
     with pytest.raises(ConfigError):
         LocalLM(object())  # a model object without its tokenizer
+
+
+def test_untrained_adapters_run_as_the_base_model(lm):
+    view = lm.for_role("fresh")
+    backend = lm.backend
+    assert backend.is_identity_adapter("fresh")
+    req = GenerationRequest(backend.encode_messages(MSG), max_tokens=6, adapter="fresh")
+    assert backend._route_identity_adapters([req])[0].adapter is None
+    with torch.no_grad():
+        for name, p in lm.hf_model.named_parameters():
+            if "lora_B.fresh" in name:
+                p.normal_(0, 0.5)
+    assert backend.is_identity_adapter("fresh"), "cached until the trainer says the weights changed"
+    backend.mark_updated("fresh")
+    assert not backend.is_identity_adapter("fresh")
+    assert backend._route_identity_adapters([req])[0].adapter == "fresh"
+    assert isinstance(view(messages=MSG)[0], str)
