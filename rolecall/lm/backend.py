@@ -235,7 +235,7 @@ class ModelBackend:
         routed = []
         for r in requests:
             if r.adapter is not None and self.is_peft and self.is_identity_adapter(r.adapter):
-                r = dataclasses.replace(r, adapter=None)
+                r = dataclasses.replace(r, adapter=None, prefix_group=r.prefix_group or r.adapter)
             routed.append(r)
         return routed
 

@@ -36,6 +36,8 @@ class GenerationRequest:
         seed: seeds this request's own sampler, so its samples do not depend on what else is in the batch.
         logprobs: return the log-probability of each generated token under the model (temperature 1, no top-p).
         adapter: LoRA adapter name, or None for the base model.
+        prefix_group: requests of one group share their common prompt prefix's prefill (default: the adapter name;
+            the backend keeps a role's group when it runs an untrained adapter as the base model).
     """
 
     prompt_ids: list[int]
@@ -47,6 +49,7 @@ class GenerationRequest:
     seed: int | None = None
     logprobs: bool = False
     adapter: str | None = None
+    prefix_group: str | None = None
 
 
 @dataclass
@@ -147,16 +150,17 @@ def _num_layers(cache) -> int:
 
 
 def _prefill_shared_prefixes(model, requests, adapters, min_shared: int, cache_kw: str, device):
-    """Encode, once per group of requests with the same adapter, the token prefix the whole group shares.
+    """Encode, once per group of requests (same adapter, or same ``prefix_group``), the prefix the group shares.
 
     Returns ``(cache, prefix_mask, shared)``: a KV cache with one row per request holding its group's prefix,
     left-padded to the longest prefix (``prefix_mask`` (R, L) is 0 on the padding), and each request's prefix length.
     """
     from transformers import DynamicCache
 
+    group_keys = [f"{a}\x00{r.prefix_group or ''}" for r, a in zip(requests, adapters, strict=True)]
     groups: dict[str, list[int]] = {}
-    for i, a in enumerate(adapters):
-        groups.setdefault(a, []).append(i)
+    for i, key in enumerate(group_keys):
+        groups.setdefault(key, []).append(i)
     shared = [0] * len(requests)
     for members in groups.values():
         if len(members) > 1:
@@ -167,10 +171,11 @@ def _prefill_shared_prefixes(model, requests, adapters, min_shared: int, cache_k
     if width == 0:
         return DynamicCache(), torch.ones((len(requests), 0), dtype=torch.long, device=device), shared
     prefix_kv: dict[str, DynamicCache] = {}
-    for adapter, members in groups.items():
+    for key, members in groups.items():
         n = shared[members[0]]
         if n == 0:
             continue
+        adapter = adapters[members[0]]
         out = model(
             input_ids=torch.tensor([requests[members[0]].prompt_ids[:n]], dtype=torch.long, device=device),
             position_ids=torch.arange(n, device=device).unsqueeze(0),
@@ -179,18 +184,18 @@ def _prefill_shared_prefixes(model, requests, adapters, min_shared: int, cache_k
             **{cache_kw: DynamicCache()},
             **_adapter_kwargs(model, [adapter]),
         )
-        prefix_kv[adapter] = getattr(out, cache_kw)
+        prefix_kv[key] = getattr(out, cache_kw)
     layers = _num_layers(next(iter(prefix_kv.values())))
     cache = DynamicCache()
     for layer in range(layers):
         keys, values = [], []
-        for i, adapter in enumerate(adapters):
+        for i, key in enumerate(group_keys):
             if shared[i] == 0:
                 k0, v0 = _layer_kv(next(iter(prefix_kv.values())), layer)
                 k = k0.new_zeros((1, k0.shape[1], width, k0.shape[3]))
                 v = v0.new_zeros((1, v0.shape[1], width, v0.shape[3]))
             else:
-                k, v = _layer_kv(prefix_kv[adapter], layer)
+                k, v = _layer_kv(prefix_kv[key], layer)
                 pad = width - k.shape[2]
                 if pad:
                     k = torch.cat([k.new_zeros((1, k.shape[1], pad, k.shape[3])), k], dim=2)
