@@ -5,8 +5,8 @@ filled sub-question in order (the observation holds the gold passage of that hop
 The ``n`` demos are taken at different stages so the model sees every move: the final move (``finish`` for ReAct,
 ``<answer>`` for Search-R1), a follow-up search that uses what the first one found, and the first search (last, as
 the nearest demo is the one a small model copies most). ReAct's
-``extract`` demos read a whole episode (gold passages only, to keep the prompt short) and give the chain of
-sub-answers as reasoning.
+``extract`` demos read a whole episode (gold passages only, to keep the prompt short) and give a one-line reasoning
+naming the last sub-answer.
 
 SmolLM2-135M does not parse DSPy's ChatAdapter format zero-shot, which is why these exist; ``dspy.ReAct`` itself has no
 default demos (its bootstrapped demos hold partial trajectories, which is what these hand-built ones imitate).
@@ -129,7 +129,7 @@ def react_demos(
         last = len(turns)
         past |= {f"thought_{last}": _thought(turns, last), f"tool_name_{last}": "finish", f"tool_args_{last}": {}}
         past[f"observation_{last}"] = "Completed."
-        reasoning = "The searches found " + ", then ".join(t["answer"] for t in turns) + "."
+        reasoning = f"The last search found {turns[-1]['answer']}."  # short: a listed chain invites repetition
         demos["extract"].append(
             dspy.Example(
                 question=e.question,
