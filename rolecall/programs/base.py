@@ -250,7 +250,7 @@ class Program(dspy.Module):
 
     # ------------------------------------------------------------------ recorded calls
     def call_role(
-        self, role: str, trajectory: Trajectory, *, lm_config: dict[str, Any] | None = None, **inputs: Any
+        self, role: str, trajectory: Trajectory, /, *, lm_config: dict[str, Any] | None = None, **inputs: Any
     ) -> dspy.Prediction | None:
         """Run ``role`` on ``inputs`` and record a ``Step(kind="role")``; None when the call or its parsing failed.
 
