@@ -166,6 +166,8 @@ class ModelBackend:
 
         config = self.lora_config or default_lora_config()
         with self.lock:
+            if name in self.adapters:  # another thread created it meanwhile (programs built concurrently)
+                return
             if not self.is_peft:
                 self.model = get_peft_model(self.model, config, adapter_name=name)
             else:
