@@ -31,7 +31,15 @@ from rolecall.errors import ConfigError, ModelLoadError
 from rolecall.programs.trajectory import Step, Trajectory
 from rolecall.retrievers.base import Passage, Retriever
 
-__all__ = ["Program", "LMCallRecorder", "COMPLETED_MARKER", "format_passages", "is_local_lm", "parallel_map"]
+__all__ = [
+    "Program",
+    "LMCallRecorder",
+    "COMPLETED_MARKER",
+    "format_passages",
+    "is_local_lm",
+    "parallel_map",
+    "default_lm_kwargs",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +126,16 @@ def format_passages(passages: Sequence[Any], *, max_chars: int = 300, max_total_
         lines.append(line)
         total += len(line) + 1
     return "\n".join(lines) if lines else "(no passages)"
+
+
+def default_lm_kwargs(max_tokens: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """The default ``lm_kwargs`` of a program: stop on ChatAdapter's completion marker, and each role's token budget.
+
+    Example:
+        >>> default_lm_kwargs({"plan": 128})
+        {'*': {'stop': ['[[ ## completed ## ]]']}, 'plan': {'max_tokens': 128}}
+    """
+    return {"*": {"stop": [COMPLETED_MARKER]}, **{role: {"max_tokens": n} for role, n in max_tokens.items()}}
 
 
 def parallel_map(fn: Callable[[T], R], items: Sequence[T], *, max_workers: int | None = None) -> list[R]:

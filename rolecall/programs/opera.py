@@ -26,7 +26,7 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import COMPLETED_MARKER, Program, format_passages
+from rolecall.programs.base import Program, default_lm_kwargs, format_passages
 from rolecall.programs.demos import default_demos
 from rolecall.programs.trajectory import Trajectory
 from rolecall.retrievers.base import Passage, Retriever
@@ -112,7 +112,7 @@ class OPERA(Program):
         lm_kwargs: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         if lm_kwargs is None:
-            lm_kwargs = {"*": {"stop": [COMPLETED_MARKER]}, **{r: {"max_tokens": n} for r, n in _MAX_TOKENS.items()}}
+            lm_kwargs = default_lm_kwargs(_MAX_TOKENS)
         super().__init__(retriever, lm=lm, per_role_adapters=per_role_adapters, adapter=adapter, lm_kwargs=lm_kwargs)
         k_schedule = tuple(k_schedule) if k_schedule is not None else (top_k, 2 * top_k, 3 * top_k)
         _check_options(top_k, k_schedule, max_rewrites, max_steps, max_sub_goals, max_passage_chars, max_context_chars)

@@ -30,7 +30,7 @@ from typing import Any, Literal, TypeVar
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import COMPLETED_MARKER, Program, format_passages, parallel_map
+from rolecall.programs.base import Program, default_lm_kwargs, format_passages, parallel_map
 from rolecall.programs.reap_demos import default_reap_demos
 from rolecall.programs.reap_plan import PlanNode, TaskPlan, has_answer
 from rolecall.programs.trajectory import Step, Trajectory
@@ -129,7 +129,7 @@ class REAP(Program):
         lm_kwargs: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         if lm_kwargs is None:
-            lm_kwargs = {"*": {"stop": [COMPLETED_MARKER]}, **{r: {"max_tokens": n} for r, n in _MAX_TOKENS.items()}}
+            lm_kwargs = default_lm_kwargs(_MAX_TOKENS)
         super().__init__(retriever, lm=lm, per_role_adapters=per_role_adapters, adapter=adapter, lm_kwargs=lm_kwargs)
         options = {
             "top_k": top_k,

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import COMPLETED_MARKER, Program, format_passages, parallel_map
+from rolecall.programs.base import Program, default_lm_kwargs, format_passages, parallel_map
 from rolecall.programs.stride_demos import default_stride_demos, fit_demo
 from rolecall.programs.stride_state import (
     BranchOutcome,
@@ -136,7 +136,7 @@ class STRIDE(Program):
         lm_kwargs: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         if lm_kwargs is None:
-            lm_kwargs = {"*": {"stop": [COMPLETED_MARKER]}, **{r: {"max_tokens": n} for r, n in _MAX_TOKENS.items()}}
+            lm_kwargs = default_lm_kwargs(_MAX_TOKENS)
         super().__init__(retriever, lm=lm, per_role_adapters=per_role_adapters, adapter=adapter, lm_kwargs=lm_kwargs)
         for name, value in (
             ("top_k", top_k),

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import COMPLETED_MARKER, Program, format_passages
+from rolecall.programs.base import Program, default_lm_kwargs, format_passages
 from rolecall.programs.baselines.direct import Demos
 from rolecall.programs.baselines.iterative_demos import resolve_iterative_demos
 from rolecall.programs.trajectory import Trajectory
@@ -86,7 +86,7 @@ class IterRetGen(Program):
         lm_kwargs: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         if lm_kwargs is None:
-            lm_kwargs = {"*": {"stop": [COMPLETED_MARKER]}, **{r: {"max_tokens": n} for r, n in _MAX_TOKENS.items()}}
+            lm_kwargs = default_lm_kwargs(_MAX_TOKENS)
         super().__init__(retriever, lm=lm, per_role_adapters=per_role_adapters, adapter=adapter, lm_kwargs=lm_kwargs)
         for name, value in (("top_k", top_k), ("iterations", iterations)):
             if value < 1:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import COMPLETED_MARKER, Program, format_passages
+from rolecall.programs.base import COMPLETED_MARKER, Program, default_lm_kwargs, format_passages
 from rolecall.programs.baselines.agent_demos import default_agent_demos
 from rolecall.programs.trajectory import Step, Trajectory
 from rolecall.retrievers.base import Retriever
@@ -101,7 +101,7 @@ class SearchR1Agent(Program):
         lm_kwargs: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         if lm_kwargs is None:
-            lm_kwargs = {"*": {"stop": [COMPLETED_MARKER]}, **{r: {"max_tokens": n} for r, n in _MAX_TOKENS.items()}}
+            lm_kwargs = default_lm_kwargs(_MAX_TOKENS)
         super().__init__(retriever, lm=lm, per_role_adapters=per_role_adapters, adapter=adapter, lm_kwargs=lm_kwargs)
         if top_k < 1 or max_turns < 1:
             raise ConfigError(f"top_k and max_turns must be >= 1, got top_k={top_k}, max_turns={max_turns}")
