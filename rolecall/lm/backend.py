@@ -19,6 +19,7 @@ import torch
 
 from rolecall.errors import ConfigError, ModelLoadError
 from rolecall.lm.batching import RequestBatcher
+from rolecall.lm.continuous import ContinuousBatcher
 from rolecall.lm.embedded import resolve_model_path
 from rolecall.lm.generation import Completion, GenerationRequest, generate_batch
 
@@ -79,6 +80,10 @@ class ModelBackend:
         lora_config: the ``peft.LoraConfig`` new role adapters get (default :func:`default_lora_config`).
         max_batch_rows: most sample rows per forward batch.
         max_wait_ms: how long the batcher waits to fill a batch.
+        batching: ``"continuous"`` (default: requests join and leave a running decode step by step, and role prompt
+            prefixes stay cached across batches; :class:`~rolecall.lm.continuous.ContinuousBatcher`) or ``"static"``
+            (each batch decodes until its longest request is done; :class:`~rolecall.lm.batching.RequestBatcher`).
+        prefix_cache_mb: memory the continuous batcher's prompt-prefix cache may take.
     """
 
     def __init__(
@@ -91,7 +96,11 @@ class ModelBackend:
         lora_config: Any = None,
         max_batch_rows: int = 32,
         max_wait_ms: float = 15.0,
+        batching: str = "continuous",
+        prefix_cache_mb: float = 1024.0,
     ) -> None:
+        if batching not in ("continuous", "static"):
+            raise ConfigError(f"batching must be 'continuous' or 'static', got {batching!r}")
         self.device = _pick_device(device)
         self.lock = threading.RLock()
         if isinstance(model, (str, Path)):
@@ -109,7 +118,13 @@ class ModelBackend:
         self.adapter_versions: dict[str, int] = {}
         self._identity: dict[str, tuple[int, bool]] = {}  # adapter -> (version checked, all LoRA B zero)
         self.eos_token_ids = self._eos_ids()
-        self.batcher = RequestBatcher(self._run_batch, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms)
+        self.batcher: RequestBatcher | ContinuousBatcher
+        if batching == "static":
+            self.batcher = RequestBatcher(self._run_batch, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms)
+        else:
+            self.batcher = ContinuousBatcher(
+                self, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms, prefix_cache_mb=prefix_cache_mb
+            )
 
     # ------------------------------------------------------------------ loading
     def _load(self, name: str, dtype: torch.dtype) -> tuple[Any, Any]:
@@ -231,7 +246,7 @@ class ModelBackend:
         self._identity[name] = (version, identity)
         return identity
 
-    def _route_identity_adapters(self, requests: Sequence[GenerationRequest]) -> list[GenerationRequest]:
+    def route_identity_adapters(self, requests: Sequence[GenerationRequest]) -> list[GenerationRequest]:
         """Send requests for untrained (identity) adapters to the base model: same output, and a batch mixing many
         adapters (a dozen programs of several roles each) otherwise runs one LoRA matmul per adapter and layer."""
         routed = []
@@ -247,7 +262,7 @@ class ModelBackend:
             was_training = self.model.training
             self.model.eval()
             try:
-                requests = self._route_identity_adapters(requests)
+                requests = self.route_identity_adapters(requests)
                 return generate_batch(self.model, self.tokenizer, requests, eos_token_ids=self.eos_token_ids)
             finally:
                 if was_training:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from rolecall.lm.generation import Completion, GenerationRequest
 
-__all__ = ["RequestBatcher", "BatcherStats"]
+__all__ = ["QueueBatcher", "RequestBatcher", "BatcherStats"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,48 @@ class BatcherStats:
         return self.rows / self.batches if self.batches else 0.0
 
 
-class RequestBatcher:
+class QueueBatcher:
+    """What both batchers share: a queue of ``(request, future)`` pairs, one worker thread running ``_loop``, and the
+    ``submit`` / ``generate`` / ``close`` API the LM calls. Subclasses set their state, then call ``_start``."""
+
+    def __init__(self, *, max_batch_rows: int, max_wait_ms: float) -> None:
+        if max_batch_rows < 1:
+            raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
+        self.max_batch_rows = max_batch_rows
+        self.max_wait_s = max_wait_ms / 1000.0
+        self._queue: queue.Queue[tuple[GenerationRequest, Future] | None] = queue.Queue()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def _start(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+    def submit(self, request: GenerationRequest) -> Future:
+        """Queue one request; the returned future resolves to its list of ``n`` completions."""
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+        fut: Future = Future()
+        self._queue.put((request, fut))
+        return fut
+
+    def generate(self, request: GenerationRequest) -> list[Completion]:
+        """Submit and wait (the call a DSPy thread makes)."""
+        return self.submit(request).result()
+
+    def close(self, timeout: float = 600.0) -> None:
+        """Stop the worker once the queued work is done."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+            if self._thread is not None:
+                self._thread.join(timeout=timeout)
+
+
+class RequestBatcher(QueueBatcher):
     """Gathers generation requests from many threads into batches run by one worker thread.
 
     Args:
@@ -60,36 +101,11 @@ class RequestBatcher:
         max_batch_rows: int = 32,
         max_wait_ms: float = 15.0,
     ) -> None:
-        if max_batch_rows < 1:
-            raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
+        super().__init__(max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms)
         self._run_batch = run_batch
-        self.max_batch_rows = max_batch_rows
-        self.max_wait_s = max_wait_ms / 1000.0
-        self._queue: queue.Queue[tuple[GenerationRequest, Future] | None] = queue.Queue()
         self._pending: tuple[GenerationRequest, Future] | None = None
         self.stats = BatcherStats()
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="rolecall-batcher", daemon=True)
-        self._thread.start()
-
-    def submit(self, request: GenerationRequest) -> Future:
-        """Queue one request; the returned future resolves to its list of ``n`` completions."""
-        if self._closed:
-            raise RuntimeError("RequestBatcher is closed")
-        fut: Future = Future()
-        self._queue.put((request, fut))
-        return fut
-
-    def generate(self, request: GenerationRequest) -> list[Completion]:
-        """Submit and wait (the call a DSPy thread makes)."""
-        return self.submit(request).result()
-
-    def close(self) -> None:
-        """Stop the worker after the queued work is done."""
-        if not self._closed:
-            self._closed = True
-            self._queue.put(None)
-            self._thread.join(timeout=60)
+        self._start("rolecall-batcher")
 
     def _collect(self) -> list[tuple[GenerationRequest, Future]] | None:
         first = self._pending or self._queue.get()

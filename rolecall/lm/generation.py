@@ -11,12 +11,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 __all__ = ["GenerationRequest", "Completion", "generate_batch", "BASE_ADAPTER"]
 
 logger = logging.getLogger(__name__)
+
+KV = tuple[torch.Tensor, torch.Tensor]
+"""One layer's cached ``(keys, values)``."""
 
 BASE_ADAPTER = "__base__"
 """PEFT's name for "no adapter" inside a mixed-adapter batch."""
@@ -100,18 +104,69 @@ def _sample(logits: torch.Tensor, row: _Row) -> int:
     return int(torch.multinomial(probs, 1, generator=row.generator))
 
 
-def _check_stop(tokenizer, row: _Row, max_stop_chars: int) -> None:
+def _check_stop(tokenizer, row: _Row) -> None:
     """Mark ``row`` finished if its decoded tail contains one of its stop strings."""
     if not row.stop:
         return
     # decode only a tail long enough to hold any stop string, then map the hit back to the full text once
-    tail = tokenizer.decode(row.token_ids[-(max_stop_chars + 8) :], skip_special_tokens=True)
+    longest = max(len(s) for s in row.stop)
+    tail = tokenizer.decode(row.token_ids[-(longest + 8) :], skip_special_tokens=True)
     if any(s in tail for s in row.stop):
         text = tokenizer.decode(row.token_ids, skip_special_tokens=True)
         hits = [text.find(s) for s in row.stop if s in text]
         if hits:
             row.stop_at = min(hits)
             row.finish_reason = "stop"
+
+
+def make_rows(requests: Sequence[GenerationRequest], adapters: Sequence[str], ids: Sequence[int]) -> list[_Row]:
+    """The ``n`` sample rows of each request (``ids[i]`` becomes their ``request_index``), each with its own seeded
+    sampler so its samples do not depend on what else shares the batch."""
+    rows: list[_Row] = []
+    for r, adapter, rid in zip(requests, adapters, ids, strict=True):
+        for j in range(r.n):
+            gen = None
+            if r.temperature > 0:
+                gen = torch.Generator(device="cpu")
+                gen.manual_seed(r.seed + j if r.seed is not None else int(torch.randint(0, 2**62, (1,))))
+            rows.append(_Row(rid, r.temperature, r.top_p, r.max_tokens, tuple(r.stop), gen, r.logprobs, adapter))
+    return rows
+
+
+def sample_step(tokenizer, rows: Sequence[_Row], logits: torch.Tensor, eos: set[int]) -> list[int]:
+    """Pick each row's next token from ``logits`` (one row of logits per row), append it, and mark rows that finish
+    (EOS, a stop string or the token budget). Returns the sampled tokens."""
+    logprobs = torch.log_softmax(logits, dim=-1) if any(r.want_logprobs for r in rows) else None
+    next_tokens = []
+    for b, row in enumerate(rows):
+        tok = _sample(logits[b].cpu(), row)
+        next_tokens.append(tok)
+        # EOS stays in token_ids (a trained policy must learn to stop); decoding drops it from the text
+        row.token_ids.append(tok)
+        if logprobs is not None and row.want_logprobs:
+            row.logprobs.append(float(logprobs[b, tok]))
+        if tok in eos:
+            row.finish_reason = "stop"
+            continue
+        _check_stop(tokenizer, row)
+        if row.finish_reason is None and len(row.token_ids) >= row.max_tokens:
+            row.finish_reason = "length"
+    return next_tokens
+
+
+def to_completion(tokenizer, row: _Row, prompt_tokens: int) -> Completion:
+    """The finished ``row`` as a :class:`Completion` (text cut before its first stop string)."""
+    text = tokenizer.decode(row.token_ids, skip_special_tokens=True)
+    if row.stop_at is not None:
+        text = text[: row.stop_at]
+    return Completion(
+        text=text,
+        token_ids=list(row.token_ids),
+        finish_reason=row.finish_reason or "length",
+        logprobs=list(row.logprobs) if row.want_logprobs else None,
+        prompt_tokens=prompt_tokens,
+        tokens=tokenizer.convert_ids_to_tokens(row.token_ids) if row.want_logprobs else [],
+    )
 
 
 def _cache_kwarg(model) -> str:
@@ -149,65 +204,151 @@ def _num_layers(cache) -> int:
     return len(cache.layers) if hasattr(cache, "layers") else len(cache.key_cache)
 
 
-def _prefill_shared_prefixes(model, requests, adapters, min_shared: int, cache_kw: str, device):
-    """Encode, once per group of requests (same adapter, or same ``prefix_group``), the prefix the group shares.
+def encode_prefix(model, prompt_ids: Sequence[int], adapter: str, cache_kw: str, device) -> list[KV]:
+    """The KV cache of ``prompt_ids`` (positions from 0) under ``adapter``, one ``(keys, values)`` pair per layer, each
+    of shape (1, heads, len, head_dim). A causal model's cache of a prefix does not depend on what follows it, so the
+    result can be sliced to any shorter prefix."""
+    from transformers import DynamicCache
 
-    Returns ``(cache, prefix_mask, shared)``: a KV cache with one row per request holding its group's prefix,
-    left-padded to the longest prefix (``prefix_mask`` (R, L) is 0 on the padding), and each request's prefix length.
+    n = len(prompt_ids)
+    out = model(
+        input_ids=torch.tensor([list(prompt_ids)], dtype=torch.long, device=device),
+        position_ids=torch.arange(n, device=device).unsqueeze(0),
+        use_cache=True,
+        logits_to_keep=1,
+        **{cache_kw: DynamicCache()},
+        **_adapter_kwargs(model, [adapter]),
+    )
+    cache = getattr(out, cache_kw)
+    return [_layer_kv(cache, layer) for layer in range(_num_layers(cache))]
+
+
+def pad_left(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """``t`` left-padded with zeros along ``dim`` to ``width``."""
+    pad = width - t.shape[dim]
+    if pad <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = pad
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+def cache_from_layers(layers: Sequence[KV]):
+    """A ``DynamicCache`` holding the given per-layer ``(keys, values)``."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i, (k, v) in enumerate(layers):
+        cache.update(k, v, i)
+    return cache
+
+
+def cache_layers(cache) -> list[KV]:
+    """The per-layer ``(keys, values)`` of a ``DynamicCache``."""
+    return [_layer_kv(cache, layer) for layer in range(_num_layers(cache))]
+
+
+def stack_prefixes(prefixes: Sequence[list[KV] | None], device) -> tuple[Any, torch.Tensor, list[int]]:
+    """One batched cache from per-request prefix caches (None: no prefix), left-padded to the longest.
+
+    Returns ``(cache, mask, lengths)``: ``mask`` (R, L) is 0 on the padding; ``lengths`` is each request's prefix
+    length.
     """
     from transformers import DynamicCache
 
+    lengths = [0 if p is None else p[0][0].shape[2] for p in prefixes]
+    width = max(lengths, default=0)
+    if width == 0:
+        return DynamicCache(), torch.ones((len(prefixes), 0), dtype=torch.long, device=device), lengths
+    template = next(p for p in prefixes if p is not None)
+    layers = []
+    for layer, (k0, v0) in enumerate(template):
+        keys, values = [], []
+        for p in prefixes:
+            if p is None:
+                keys.append(k0.new_zeros((1, k0.shape[1], width, k0.shape[3])))
+                values.append(v0.new_zeros((1, v0.shape[1], width, v0.shape[3])))
+            else:
+                keys.append(pad_left(p[layer][0], width, 2))
+                values.append(pad_left(p[layer][1], width, 2))
+        layers.append((torch.cat(keys, 0), torch.cat(values, 0)))
+    mask = torch.zeros((len(prefixes), width), dtype=torch.long, device=device)
+    for i, n in enumerate(lengths):
+        if n:
+            mask[i, width - n :] = 1
+    return cache_from_layers(layers), mask, lengths
+
+
+def _shared_prefixes(model, requests, adapters, min_shared: int, cache_kw: str, device) -> list[list[KV] | None]:
+    """Encode, once per group of requests (same adapter, or same ``prefix_group``), the prefix the group shares;
+    each request gets its group's prefix cache, or None."""
     group_keys = [f"{a}\x00{r.prefix_group or ''}" for r, a in zip(requests, adapters, strict=True)]
     groups: dict[str, list[int]] = {}
     for i, key in enumerate(group_keys):
         groups.setdefault(key, []).append(i)
-    shared = [0] * len(requests)
+    prefixes: list[list[KV] | None] = [None] * len(requests)
     for members in groups.values():
-        if len(members) > 1:
-            n = _common_prefix_length([requests[i].prompt_ids for i in members])
-            for i in members:
-                shared[i] = n if n >= min_shared else 0
-    width = max(shared)
-    if width == 0:
-        return DynamicCache(), torch.ones((len(requests), 0), dtype=torch.long, device=device), shared
-    prefix_kv: dict[str, DynamicCache] = {}
-    for key, members in groups.items():
-        n = shared[members[0]]
-        if n == 0:
+        if len(members) < 2:
             continue
-        adapter = adapters[members[0]]
-        out = model(
-            input_ids=torch.tensor([requests[members[0]].prompt_ids[:n]], dtype=torch.long, device=device),
-            position_ids=torch.arange(n, device=device).unsqueeze(0),
-            use_cache=True,
-            logits_to_keep=1,
-            **{cache_kw: DynamicCache()},
-            **_adapter_kwargs(model, [adapter]),
-        )
-        prefix_kv[key] = getattr(out, cache_kw)
-    layers = _num_layers(next(iter(prefix_kv.values())))
-    cache = DynamicCache()
-    for layer in range(layers):
-        keys, values = [], []
-        for i, key in enumerate(group_keys):
-            if shared[i] == 0:
-                k0, v0 = _layer_kv(next(iter(prefix_kv.values())), layer)
-                k = k0.new_zeros((1, k0.shape[1], width, k0.shape[3]))
-                v = v0.new_zeros((1, v0.shape[1], width, v0.shape[3]))
-            else:
-                k, v = _layer_kv(prefix_kv[key], layer)
-                pad = width - k.shape[2]
-                if pad:
-                    k = torch.cat([k.new_zeros((1, k.shape[1], pad, k.shape[3])), k], dim=2)
-                    v = torch.cat([v.new_zeros((1, v.shape[1], pad, v.shape[3])), v], dim=2)
-            keys.append(k)
-            values.append(v)
-        cache.update(torch.cat(keys, 0), torch.cat(values, 0), layer)
-    mask = torch.zeros((len(requests), width), dtype=torch.long, device=device)
-    for i, n in enumerate(shared):
-        if n:
-            mask[i, width - n :] = 1
-    return cache, mask, shared
+        n = _common_prefix_length([requests[i].prompt_ids for i in members])
+        if n < max(min_shared, 1):
+            continue
+        kv = encode_prefix(model, requests[members[0]].prompt_ids[:n], adapters[members[0]], cache_kw, device)
+        for i in members:
+            prefixes[i] = kv
+    return prefixes
+
+
+def prefill(
+    model, tokenizer, requests: Sequence[GenerationRequest], adapters: Sequence[str], prefixes, cache_kw: str, device
+) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Encode each prompt after its cached prefix (``prefixes[i]``, or None) and expand it to its ``n`` sample rows.
+
+    Returns ``(cache, attention, next_pos, logits)`` with one batch row per sample row, in request order: the KV
+    cache, the attention mask over it, each row's next position id, and the logits of its first token.
+    """
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    cache, attention, shared = stack_prefixes(prefixes, device)
+    suffixes = [r.prompt_ids[n:] for r, n in zip(requests, shared, strict=True)]
+    width = max(len(x) for x in suffixes)
+    input_ids = torch.full((len(requests), width), pad_id, dtype=torch.long)
+    suffix_mask = torch.zeros((len(requests), width), dtype=torch.long)
+    for i, suffix in enumerate(suffixes):
+        input_ids[i, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+        suffix_mask[i, width - len(suffix) :] = 1
+    attention = torch.cat([attention, suffix_mask.to(device)], dim=1)  # (R, prefix + width)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    out = model(
+        input_ids=input_ids.to(device),
+        attention_mask=attention,
+        position_ids=positions[:, attention.shape[1] - width :],
+        use_cache=True,
+        logits_to_keep=1,  # only the last position's logits are needed: skips a (R, T, V) projection
+        **{cache_kw: cache},
+        **_adapter_kwargs(model, adapters),
+    )
+    # the n samples of a prompt share its prefill: repeat its cache row n times
+    expand = torch.tensor([i for i, r in enumerate(requests) for _ in range(r.n)], device=device)
+    cache = getattr(out, cache_kw)
+    cache.reorder_cache(expand)
+    next_pos = positions[:, -1].index_select(0, expand) + 1
+    logits = out.logits[:, -1, :].index_select(0, expand).float()  # (B, V)
+    return cache, attention.index_select(0, expand), next_pos, logits
+
+
+def decode_step(model, cache, attention, next_pos, tokens: Sequence[int], adapters: Sequence[str], cache_kw: str):
+    """Feed one token per row; returns the updated ``(cache, attention, next_pos, logits)``."""
+    device = attention.device
+    attention = torch.cat([attention, attention.new_ones((len(tokens), 1))], dim=1)
+    out = model(
+        input_ids=torch.tensor(list(tokens), device=device).unsqueeze(1),
+        attention_mask=attention,
+        position_ids=next_pos.unsqueeze(1),
+        use_cache=True,
+        **{cache_kw: cache},
+        **_adapter_kwargs(model, adapters),
+    )
+    return getattr(out, cache_kw), attention, next_pos + 1, out.logits[:, -1, :].float()
 
 
 @torch.inference_mode()
@@ -236,71 +377,20 @@ def generate_batch(
         return []
     device = next(model.parameters()).device
     eos = set(eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id])
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
-    # 1) prefill every distinct prompt once: the prefix all prompts share (a DSPy signature's instructions and demos)
-    #    is encoded once per adapter, then each prompt's own suffix, left-padded after the shared prefix
+    # 1) prefill every distinct prompt once: the prefix a group of prompts shares (a DSPy signature's instructions and
+    #    demos) is encoded once per group, then each prompt's own suffix, left-padded after the shared prefix; the n
+    #    samples of a prompt share its prefill
     adapters = [r.adapter or BASE_ADAPTER for r in requests]
     cache_kw = _cache_kwarg(model)
-    cache, attention, shared = _prefill_shared_prefixes(model, requests, adapters, min_shared_prefix, cache_kw, device)
-    suffixes = [r.prompt_ids[n:] for r, n in zip(requests, shared, strict=True)]
-    lengths = [len(r.prompt_ids) for r in requests]
-    width = max(len(x) for x in suffixes)
-    input_ids = torch.full((len(requests), width), pad_id, dtype=torch.long)
-    suffix_mask = torch.zeros((len(requests), width), dtype=torch.long)
-    for i, suffix in enumerate(suffixes):
-        input_ids[i, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
-        suffix_mask[i, width - len(suffix) :] = 1
-    input_ids = input_ids.to(device)
-    attention = torch.cat([attention, suffix_mask.to(device)], dim=1)  # (R, shared + width)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention,
-        position_ids=positions[:, attention.shape[1] - width :],
-        use_cache=True,
-        logits_to_keep=1,  # only the last position's logits are needed: skips a (R, T, V) projection
-        **{cache_kw: cache},
-        **_adapter_kwargs(model, adapters),
-    )
-    last_logits = out.logits[:, -1, :]  # (R, V)
-
-    # 2) expand each prompt to its n sample rows, sharing the prefill's KV cache
-    expand = torch.tensor([i for i, r in enumerate(requests) for _ in range(r.n)], device=device)
-    cache = getattr(out, cache_kw)
-    cache.reorder_cache(expand)
-    attention = attention.index_select(0, expand)
-    next_pos = positions[:, -1].index_select(0, expand) + 1
-    logits = last_logits.index_select(0, expand).float()  # (B, V)
-    rows: list[_Row] = []
-    for i, r in enumerate(requests):
-        for j in range(r.n):
-            gen = None
-            if r.temperature > 0:
-                gen = torch.Generator(device="cpu")
-                gen.manual_seed(r.seed + j if r.seed is not None else int(torch.randint(0, 2**62, (1,))))
-            rows.append(_Row(i, r.temperature, r.top_p, r.max_tokens, tuple(r.stop), gen, r.logprobs, adapters[i]))
-    max_stop_chars = max((len(s) for r in requests for s in r.stop), default=0)
+    prefixes = _shared_prefixes(model, requests, adapters, min_shared_prefix, cache_kw, device)
+    cache, attention, next_pos, logits = prefill(model, tokenizer, requests, adapters, prefixes, cache_kw, device)
+    rows = make_rows(requests, adapters, range(len(requests)))
     active = list(range(len(rows)))  # indices into rows, aligned with the batch dimension
 
-    # 3) decode until every row has finished
+    # 2) decode until every row has finished; finished rows leave the cache so the batch shrinks
     while active:
-        logprobs = torch.log_softmax(logits, dim=-1) if any(rows[a].want_logprobs for a in active) else None
-        next_tokens = []
-        for b, a in enumerate(active):
-            row = rows[a]
-            tok = _sample(logits[b].cpu(), row)
-            next_tokens.append(tok)
-            # EOS stays in token_ids (a trained policy must learn to stop); decoding drops it from the text
-            row.token_ids.append(tok)
-            if logprobs is not None and row.want_logprobs:
-                row.logprobs.append(float(logprobs[b, tok]))
-            if tok in eos:
-                row.finish_reason = "stop"
-                continue
-            _check_stop(tokenizer, row, max_stop_chars)
-            if row.finish_reason is None and len(row.token_ids) >= row.max_tokens:
-                row.finish_reason = "length"
+        next_tokens = sample_step(tokenizer, [rows[a] for a in active], logits, eos)
         keep = [b for b, a in enumerate(active) if rows[a].finish_reason is None]
         if not keep:
             break
@@ -311,34 +401,12 @@ def generate_batch(
             next_pos = next_pos.index_select(0, keep_idx)
             next_tokens = [next_tokens[b] for b in keep]
             active = [active[b] for b in keep]
-        step_ids = torch.tensor(next_tokens, device=device).unsqueeze(1)  # (B, 1)
-        attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=1)
-        out = model(
-            input_ids=step_ids,
-            attention_mask=attention,
-            position_ids=next_pos.unsqueeze(1),
-            use_cache=True,
-            **{cache_kw: cache},
-            **_adapter_kwargs(model, [rows[a].adapter for a in active]),
+        cache, attention, next_pos, logits = decode_step(
+            model, cache, attention, next_pos, next_tokens, [rows[a].adapter for a in active], cache_kw
         )
-        cache = getattr(out, cache_kw)
-        next_pos = next_pos + 1
-        logits = out.logits[:, -1, :].float()
 
-    # 4) assemble completions in request order
+    # 3) assemble completions in request order
     results: list[list[Completion]] = [[] for _ in requests]
     for row in rows:
-        text = tokenizer.decode(row.token_ids, skip_special_tokens=True)
-        if row.stop_at is not None:
-            text = text[: row.stop_at]
-        results[row.request_index].append(
-            Completion(
-                text=text,
-                token_ids=list(row.token_ids),
-                finish_reason=row.finish_reason or "length",
-                logprobs=list(row.logprobs) if row.want_logprobs else None,
-                prompt_tokens=lengths[row.request_index],
-                tokens=tokenizer.convert_ids_to_tokens(row.token_ids) if row.want_logprobs else [],
-            )
-        )
+        results[row.request_index].append(to_completion(tokenizer, row, len(requests[row.request_index].prompt_ids)))
     return results

@@ -132,6 +132,9 @@ class LocalLM(dspy.LM):
         lora_config: ``peft.LoraConfig`` for new role adapters; default r=8, alpha=32 on all projections.
         max_batch_rows: most sample rows the batcher puts in one forward pass.
         max_wait_ms: how long the batcher waits to fill a batch.
+        batching: ``"continuous"`` (default; requests join and leave a running decode, role prompt prefixes stay
+            cached) or ``"static"`` (one batch at a time).
+        prefix_cache_mb: memory the continuous batcher's prompt-prefix cache may take.
 
     Example:
         >>> lm = LocalLM()                                  # doctest: +SKIP
@@ -153,6 +156,8 @@ class LocalLM(dspy.LM):
         lora_config: Any = None,
         max_batch_rows: int = 32,
         max_wait_ms: float = 15.0,
+        batching: str = "continuous",
+        prefix_cache_mb: float = 1024.0,
         _backend: ModelBackend | None = None,
         _adapter: str | None = None,
         **kwargs: Any,
@@ -165,6 +170,8 @@ class LocalLM(dspy.LM):
             lora_config=lora_config,
             max_batch_rows=max_batch_rows,
             max_wait_ms=max_wait_ms,
+            batching=batching,
+            prefix_cache_mb=prefix_cache_mb,
         )
         if cache is None:
             cache = isinstance(model, (str, Path)) and _adapter is None

@@ -74,6 +74,7 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
         if cfg.resume and out is not None:
             self._restore_adapters(views, out, state)
         self._started = time.perf_counter()
+        self._stages_run = 0
         for stage in cfg.stages:
             if stage in state["done"]:
                 logger.info("MAPGRPO: stage %s already trained (resumed)", stage)
@@ -130,9 +131,11 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
         rng = random.Random(f"{cfg.seed}-{stage}")
         t0 = time.perf_counter()
         deadline = self._stage_deadline(stage)
-        if deadline is not None and t0 >= self._started + cfg.time_budget_s:
+        # the first stage this compile runs always gets its first step, however small the budget
+        if deadline is not None and self._stages_run > 0 and t0 >= self._started + cfg.time_budget_s:
             logger.warning("MAPGRPO %s: the compile's time budget is spent; stage skipped", stage)
             return
+        self._stages_run += 1
         pool = tasks.collect(stage, records, rng)
         logger.info("MAPGRPO %s: %d training inputs collected in %.0fs", stage, len(pool), time.perf_counter() - t0)
         if not pool:

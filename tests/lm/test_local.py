@@ -129,7 +129,7 @@ def test_untrained_adapters_run_as_the_base_model(lm):
     backend = lm.backend
     assert backend.is_identity_adapter("fresh")
     req = GenerationRequest(backend.encode_messages(MSG), max_tokens=6, adapter="fresh")
-    assert backend._route_identity_adapters([req])[0].adapter is None
+    assert backend.route_identity_adapters([req])[0].adapter is None
     with torch.no_grad():
         for name, p in lm.hf_model.named_parameters():
             if "lora_B.fresh" in name:
@@ -137,5 +137,5 @@ def test_untrained_adapters_run_as_the_base_model(lm):
     assert backend.is_identity_adapter("fresh"), "cached until the trainer says the weights changed"
     backend.mark_updated("fresh")
     assert not backend.is_identity_adapter("fresh")
-    assert backend._route_identity_adapters([req])[0].adapter == "fresh"
+    assert backend.route_identity_adapters([req])[0].adapter == "fresh"
     assert isinstance(view(messages=MSG)[0], str)

@@ -1,0 +1,115 @@
+"""Continuous vs static batching: the same multi-call program evaluation, in one process, with each batcher.
+
+OPERA makes several sequential role calls per question (plan, then analysis and rewrite per sub-goal), and many
+questions run at once on threads. Under static batching a call that arrives while a batch decodes waits for the whole
+batch; under continuous batching it joins the running decode at the next step, and each role's prompt header (its
+instructions and demos) is encoded once and kept in the prefix cache. Both runs use the embedded SmolLM2-135M-Instruct,
+greedy decoding, no DSPy cache, the same held-out synthetic questions and the same thread count:
+
+    .venv/bin/python benchmarks/bench_continuous.py                  # 16 questions, 16 threads
+    .venv/bin/python benchmarks/bench_continuous.py --questions 32 --program single_step_rag
+
+It prints wall time, completion tokens per second and EM of each run, the continuous / static throughput ratio
+(target > 1.5 on a 2-core CPU), how many answers agree between the runs (greedy decoding: they should, up to
+floating-point ties), and writes ``benchmarks/results/bench_continuous.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from rolecall.data.synthetic import synthetic_world
+from rolecall.evaluation import evaluate
+from rolecall.lm import LocalLM
+from rolecall.programs.registry import build_program
+from rolecall.retrievers.bm25 import BM25
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "bench_continuous.json"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Evaluate the program once per batching mode on the same questions; returns the measurements."""
+    world = synthetic_world(seed=args.seed)
+    questions = world.test[: args.questions]
+    retriever = BM25(world.corpus)
+    results: dict[str, Any] = {"questions": len(questions), "program": args.program}
+    answers: dict[str, list[str]] = {}
+    for mode in args.modes:
+        lm = LocalLM(dtype=args.dtype, cache=False, batching=mode, max_batch_rows=args.max_batch_rows)
+        program = build_program(args.program, retriever=retriever, lm=lm)
+        with dspy.context(lm=lm):
+            lm(messages=[{"role": "user", "content": "Hello"}], max_tokens=4)  # warm-up: kernels, first allocation
+            t0 = time.perf_counter()
+            res = evaluate(program, questions, num_threads=args.threads, show_progress=True)
+            wall = time.perf_counter() - t0
+        s = res.summary.to_dict()
+        tokens = sum(r.completion_tokens or 0 for r in res.records)
+        stats = lm.backend.batcher.stats
+        results[mode] = {
+            "wall_s": wall,
+            "completion_tokens": tokens,
+            "tokens_per_s": tokens / wall,
+            "lm_calls": sum(r.lm_calls or 0 for r in res.records),
+            "em": s["em"],
+            "success_rate": s.get("success_rate"),
+            "mean_rows_per_step": stats.mean_rows,
+            "max_rows": stats.max_rows,
+        }
+        if mode == "continuous":
+            cache = lm.backend.batcher.prefix_cache
+            results[mode]["prefix_cache"] = {
+                "hits": cache.hits,
+                "misses": cache.misses,
+                "reused_tokens": cache.reused_tokens,
+                "entries": len(cache),
+                "mb": cache.nbytes / 2**20,
+            }
+        answers[mode] = [r.prediction for r in res.records]
+        print(
+            f"  {mode:<10} {wall:7.1f} s  {tokens:6d} tokens  {tokens / wall:6.1f} tok/s  EM {s['em']:.3f}", flush=True
+        )
+        lm.backend.batcher.close()
+    if {"static", "continuous"} <= set(answers):
+        results["ratio_tokens_per_s"] = results["continuous"]["tokens_per_s"] / results["static"]["tokens_per_s"]
+        results["ratio_wall"] = results["static"]["wall_s"] / results["continuous"]["wall_s"]
+        same = sum(a == b for a, b in zip(answers["static"], answers["continuous"], strict=True))
+        results["answers_agree"] = f"{same}/{len(questions)}"
+    results["config"] = {**vars(args), "out": str(args.out), "cpus": os.cpu_count(), "platform": platform.platform()}
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--questions", type=int, default=16, help="held-out synthetic questions (default 16)")
+    parser.add_argument("--threads", type=int, default=16, help="concurrent questions (default 16)")
+    parser.add_argument("--program", default="opera", help="registered program to evaluate (default opera)")
+    parser.add_argument("--modes", nargs="+", default=["static", "continuous"], choices=["static", "continuous"])
+    parser.add_argument("--max-batch-rows", type=int, default=32, help="batcher row cap (default 32)")
+    parser.add_argument("--dtype", default="auto", help="model dtype: auto, float32, bfloat16")
+    parser.add_argument("--seed", type=int, default=0, help="synthetic world seed (default 0)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON results")
+    args = parser.parse_args(argv)
+    print(f"bench_continuous: {args.program} on {args.questions} questions, {args.threads} threads, modes {args.modes}")
+    results = run(args)
+    if "ratio_tokens_per_s" in results:
+        print(
+            f"\ncontinuous / static: {results['ratio_tokens_per_s']:.2f}x tokens/s, {results['ratio_wall']:.2f}x "
+            f"wall  (target > 1.5); answers agree {results['answers_agree']}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2, default=str))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
