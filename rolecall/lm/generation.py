@@ -8,6 +8,7 @@ Rows that finish are dropped from the cache so the batch shrinks as it goes.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -169,6 +170,61 @@ def to_completion(tokenizer, row: _Row, prompt_tokens: int) -> Completion:
     )
 
 
+class _GrowableLayer:
+    """Mixin body for a ``DynamicLayer`` that appends into preallocated slack instead of concatenating the whole cache
+    on every decode step (``torch.cat`` copies every cached key and value once per generated token: at 16 rows of
+    2k-token prompts that copy, not the model, dominates a CPU decode step)."""
+
+    slack = 128
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        held_k, held_v = self.keys, self.values
+        n = held_k.shape[-2] if held_k.numel() else 0
+        new = key_states.shape[-2]
+        buf_k = getattr(self, "_buf_k", None)
+        # the buffer is still ours unless someone replaced ``keys`` (reorder, crop, select) since the last update
+        fits = (
+            buf_k is not None
+            and held_k is getattr(self, "_view_k", None)
+            and buf_k.shape[0] == key_states.shape[0]
+            and n + new <= buf_k.shape[-2]
+        )
+        if not fits:
+            shape = (*key_states.shape[:2], n + new + self.slack, key_states.shape[-1])
+            self._buf_k = key_states.new_empty(shape)
+            self._buf_v = value_states.new_empty((*shape[:3], value_states.shape[-1]))
+            if n:
+                self._buf_k[:, :, :n] = held_k
+                self._buf_v[:, :, :n] = held_v
+        self._buf_k[:, :, n : n + new] = key_states
+        self._buf_v[:, :, n : n + new] = value_states
+        self.keys = self._view_k = self._buf_k[:, :, : n + new]
+        self.values = self._buf_v[:, :, : n + new]
+        return self.keys, self.values
+
+
+@functools.cache
+def _growable_cache_class() -> type:
+    from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+    layer_cls = type("GrowableLayer", (_GrowableLayer, DynamicLayer), {})
+
+    class GrowableCache(DynamicCache):
+        """A ``DynamicCache`` of growable layers."""
+
+        def __init__(self) -> None:
+            Cache.__init__(self, layer_class_to_replicate=layer_cls)
+
+    return GrowableCache
+
+
+def new_cache() -> Any:
+    """An empty KV cache whose layers grow into preallocated slack (see :class:`_GrowableLayer`)."""
+    return _growable_cache_class()()
+
+
 def _cache_kwarg(model) -> str:
     """Name of the KV-cache argument: ``cache`` in transformers 5, ``past_key_values`` before."""
     import inspect
@@ -234,10 +290,8 @@ def pad_left(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
 
 
 def cache_from_layers(layers: Sequence[KV]):
-    """A ``DynamicCache`` holding the given per-layer ``(keys, values)``."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
+    """A growable KV cache (:func:`new_cache`) holding the given per-layer ``(keys, values)``."""
+    cache = new_cache()
     for i, (k, v) in enumerate(layers):
         cache.update(k, v, i)
     return cache
@@ -254,12 +308,11 @@ def stack_prefixes(prefixes: Sequence[list[KV] | None], device) -> tuple[Any, to
     Returns ``(cache, mask, lengths)``: ``mask`` (R, L) is 0 on the padding; ``lengths`` is each request's prefix
     length.
     """
-    from transformers import DynamicCache
 
     lengths = [0 if p is None else p[0][0].shape[2] for p in prefixes]
     width = max(lengths, default=0)
     if width == 0:
-        return DynamicCache(), torch.ones((len(prefixes), 0), dtype=torch.long, device=device), lengths
+        return new_cache(), torch.ones((len(prefixes), 0), dtype=torch.long, device=device), lengths
     template = next(p for p in prefixes if p is not None)
     layers = []
     for layer, (k0, v0) in enumerate(template):

@@ -145,3 +145,25 @@ def test_grouped_prefixes_with_mixed_adapters(tiny_model, smollm_tokenizer):
     grouped = generate_batch(model, smollm_tokenizer, reqs, min_shared_prefix=8)
     plain = generate_batch(model, smollm_tokenizer, reqs, min_shared_prefix=10**9)
     assert [[c.token_ids for c in r] for r in grouped] == [[c.token_ids for c in r] for r in plain]
+
+
+def test_growable_cache_appends_in_place_and_survives_reorder():
+    """Decode steps write into preallocated slack (no copy of the whole cache per token); a reorder that replaces the
+    tensors (rows leaving the batch) is picked up by the next update."""
+    from rolecall.lm.generation import new_cache
+
+    g = torch.Generator().manual_seed(0)
+    k, v = torch.randn(2, 3, 5, 4, generator=g), torch.randn(2, 3, 5, 4, generator=g)
+    cache = new_cache()
+    cache.update(k, v, 0)
+    buffer = cache.layers[0]._buf_k
+    k2, v2 = torch.randn(2, 3, 1, 4, generator=g), torch.randn(2, 3, 1, 4, generator=g)
+    keys, values = cache.update(k2, v2, 0)
+    assert cache.layers[0]._buf_k is buffer  # appended in place
+    assert torch.equal(keys, torch.cat([k, k2], 2)) and torch.equal(values, torch.cat([v, v2], 2))
+    assert cache.get_seq_length() == 6
+    cache.reorder_cache(torch.tensor([1]))
+    k3, v3 = torch.randn(1, 3, 1, 4, generator=g), torch.randn(1, 3, 1, 4, generator=g)
+    keys, values = cache.update(k3, v3, 0)
+    assert torch.equal(keys, torch.cat([k[1:], k2[1:], k3], 2))
+    assert torch.equal(values, torch.cat([v[1:], v2[1:], v3], 2))
