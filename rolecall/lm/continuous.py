@@ -274,7 +274,9 @@ class ContinuousBatcher(QueueBatcher):
                     return
                 continue
             done: list[_Job] = []
-            with self.backend.lock:
+            # inference mode: trainable LoRA weights would otherwise chain every step's activations into an autograd
+            # graph held alive by the KV cache (a trained adapter's long decode then grows without bound)
+            with self.backend.lock, torch.inference_mode():
                 model = self.backend.model
                 was_training = model.training
                 if was_training:

@@ -122,6 +122,10 @@ def test_prefix_cache_dropped_when_adapter_changes(tiny_model, smollm_tokenizer)
         backend.model.eval()
         assert got == _alone(backend.model, smollm_tokenizer, second)
         assert backend.batcher.prefix_cache.hits == 0
+        # the adapter's weights are trainable, yet nothing generation keeps may hold an autograd graph (memory leak)
+        assert any(p.requires_grad for p in backend.model.parameters())
+        kept = [t for e in backend.batcher.prefix_cache._entries.values() for kv in e.layers for t in kv]
+        assert kept and all(t.grad_fn is None and not t.requires_grad for t in kept)
     finally:
         backend.batcher.close()
 
