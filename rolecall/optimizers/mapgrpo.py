@@ -75,6 +75,7 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
             self._restore_adapters(views, out, state)
         self._started = time.perf_counter()
         self._stages_run = 0
+        self._stage_costs: list[float] = []
         for stage in cfg.stages:
             if stage in state["done"]:
                 logger.info("MAPGRPO: stage %s already trained (resumed)", stage)
@@ -131,10 +132,18 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
         rng = random.Random(f"{cfg.seed}-{stage}")
         t0 = time.perf_counter()
         deadline = self._stage_deadline(stage)
-        # the first stage this compile runs always gets its first step, however small the budget
-        if deadline is not None and self._stages_run > 0 and t0 >= self._started + cfg.time_budget_s:
-            logger.warning("MAPGRPO %s: the compile's time budget is spent; stage skipped", stage)
-            return
+        # the first stage this compile runs always gets its first step, however small the budget; a later stage is
+        # skipped when what is left of the budget cannot fit the cheapest earlier stage's collection + first step
+        if deadline is not None and self._stages_run > 0:
+            needed = min(self._stage_costs, default=0.0)
+            if t0 + needed >= self._started + cfg.time_budget_s:
+                logger.warning(
+                    "MAPGRPO %s: %.0fs of the time budget left, a stage needs about %.0fs; stage skipped",
+                    stage,
+                    max(self._started + cfg.time_budget_s - t0, 0.0),
+                    needed,
+                )
+                return
         self._stages_run += 1
         pool = tasks.collect(stage, records, rng)
         logger.info("MAPGRPO %s: %d training inputs collected in %.0fs", stage, len(pool), time.perf_counter() - t0)
@@ -154,6 +163,8 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
             samples, reward_metrics = self._rollout(program, stage, view, tasks, batch, seed=cfg.seed * 7919 + step)
             metrics = trainer.step(samples)
             last_step_s = time.perf_counter() - ts
+            if step == start_step:
+                self._stage_costs.append(time.perf_counter() - t0)  # collection + first step
             record = {
                 "stage": stage,
                 "step": step + 1,
