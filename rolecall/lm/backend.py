@@ -8,10 +8,11 @@ keep generating.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -257,16 +258,26 @@ class ModelBackend:
         return routed
 
     # ------------------------------------------------------------------ generation
-    def _run_batch(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
-        with self.lock:
-            was_training = self.model.training
-            self.model.eval()
+    @contextlib.contextmanager
+    def generating(self) -> Iterator[Any]:
+        """Hold the lock, in eval and inference mode, for one generation pass; yields the model. A trainer's train mode
+        is restored afterwards, and no autograd graph is kept (trainable LoRA weights would otherwise chain one through
+        the KV cache)."""
+        with self.lock, torch.inference_mode():
+            model = self.model
+            was_training = model.training
+            if was_training:
+                model.eval()
             try:
-                requests = self.route_identity_adapters(requests)
-                return generate_batch(self.model, self.tokenizer, requests, eos_token_ids=self.eos_token_ids)
+                yield model
             finally:
                 if was_training:
-                    self.model.train()
+                    model.train()
+
+    def _run_batch(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        with self.generating() as model:
+            requests = self.route_identity_adapters(requests)
+            return generate_batch(model, self.tokenizer, requests, eos_token_ids=self.eos_token_ids)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         """Submit several requests to the batcher at once and wait for all of them."""

@@ -274,21 +274,11 @@ class ContinuousBatcher(QueueBatcher):
                     return
                 continue
             done: list[_Job] = []
-            # inference mode: trainable LoRA weights would otherwise chain every step's activations into an autograd
-            # graph held alive by the KV cache (a trained adapter's long decode then grows without bound)
-            with self.backend.lock, torch.inference_mode():
-                model = self.backend.model
-                was_training = model.training
-                if was_training:
-                    model.eval()
-                try:
-                    if admitted:
-                        self._admit(model, admitted)
-                    if self._rows:
-                        done = self._step(model)
-                finally:
-                    if was_training:
-                        model.train()
+            with self.backend.generating() as model:  # lock, eval and inference mode for this step only
+                if admitted:
+                    self._admit(model, admitted)
+                if self._rows:
+                    done = self._step(model)
             for job in done:
                 job.future.set_result(
                     [to_completion(self.backend.tokenizer, row, len(job.request.prompt_ids)) for row in job.rows]

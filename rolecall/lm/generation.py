@@ -227,10 +227,16 @@ def new_cache() -> Any:
 
 def _cache_kwarg(model) -> str:
     """Name of the KV-cache argument: ``cache`` in transformers 5, ``past_key_values`` before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _cache_kwarg_of(type(base))
+
+
+@functools.cache
+def _cache_kwarg_of(model_class: type) -> str:
+    # per class, once: the continuous batcher asks on every decode step
     import inspect
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def _adapter_kwargs(model, adapters: Sequence[str]) -> dict:
