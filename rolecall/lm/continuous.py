@@ -7,9 +7,10 @@ admits whatever has been queued (prefilling the newcomers and left-padding their
 request's future resolves the step its last sample finishes.
 
 Prompts of one role share their instructions and demos. :class:`PrefixCache` keeps the KV cache of such prefixes
-across batches, keyed by adapter and adapter version, so each role's prompt header is encoded once rather than once per
-batch. A cached prefix is sliced to the part a new prompt shares (a causal model's cache of a prefix does not depend on
-what follows it), so the cache converges on each role's common header by itself.
+across batches, keyed by adapter, adapter version and prompt group (:func:`~rolecall.lm.local.prompt_group`), so each
+role's prompt header is encoded once rather than once per batch. A cached prefix is sliced to the part a new prompt
+shares (a causal model's cache of a prefix does not depend on what follows it), so the cache converges on each role's
+common header by itself.
 """
 
 from __future__ import annotations
@@ -77,8 +78,9 @@ class _Entry:
 class PrefixCache:
     """KV caches of prompt prefixes kept across batches, least recently used first out.
 
-    Entries are grouped by a key (the adapter and its version: a trained adapter's old prefixes are dropped when its
-    version moves on). A lookup returns the entry sharing the longest prefix with the prompt, sliced to that prefix.
+    Entries are grouped by a key (the adapter, its version and the prompt group: a trained adapter's old prefixes are
+    dropped when its version moves on, and one role's header is never cut down to what it shares with another role's).
+    A lookup returns the entry sharing the longest prefix with the prompt, sliced to that prefix.
 
     Args:
         max_bytes: memory the cached keys and values may take in all.
@@ -290,7 +292,9 @@ class ContinuousBatcher(QueueBatcher):
         versions = {a: self.backend.adapter_versions.get(a, 0) for a in set(adapters)}
         for a, v in versions.items():
             self.prefix_cache.drop_stale(a, v)
-        keys = [(a, versions[a]) for a in adapters]
+        # grouped by prompt family too: a lookup must not cut one role's cached header down to the few tokens it
+        # shares with another role's prompt
+        keys = [(a, versions[a], r.prefix_group) for a, r in zip(adapters, requests, strict=True)]
         prefixes: list[list[KV] | None] = [
             self.prefix_cache.lookup(k, r.prompt_ids) for k, r in zip(keys, requests, strict=True)
         ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import hashlib
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +27,7 @@ from rolecall.lm.backend import ModelBackend
 from rolecall.lm.embedded import DEFAULT_LM
 from rolecall.lm.generation import Completion, GenerationRequest
 
-__all__ = ["LocalLM", "LocalEngine"]
+__all__ = ["LocalLM", "LocalEngine", "prompt_group"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,18 @@ def _request_messages(request: Any) -> list[dict[str, str]]:
         messages.append({"role": "system", "content": system})
     messages.extend({"role": m.role, "content": m.text or ""} for m in request.messages)
     return messages
+
+
+def prompt_group(messages: Sequence[dict[str, str]]) -> str | None:
+    """The prefix-sharing group of a conversation: a digest of its system message, or None without one.
+
+    DSPy's adapters put a signature's fields and instructions in the system message, so the prompts of one role share
+    it (and usually the demos after it). Grouping by it keeps the batcher's prefix cache from matching one role's
+    prompt header with another role's: two ChatAdapter prompts of different signatures share a few dozen tokens.
+    """
+    if not messages or messages[0].get("role") != "system":
+        return None
+    return "sys:" + hashlib.blake2b(messages[0].get("content", "").encode(), digest_size=8).hexdigest()
 
 
 class LocalEngine:
@@ -65,6 +78,7 @@ class LocalEngine:
             seed=config.seed,
             logprobs=config.logprobs is not None,
             adapter=self.adapter,
+            prefix_group=prompt_group(messages),
         )
 
     def complete(self, request: Any) -> Response:
@@ -264,6 +278,7 @@ class LocalLM(dspy.LM):
                 seed=None if seed is None else seed + 1000 * i,
                 logprobs=logprobs,
                 adapter=self.adapter,
+                prefix_group=prompt_group(conv),
             )
             for i, conv in enumerate(conversations)
         ]

@@ -12,6 +12,7 @@ import torch
 from rolecall.lm.backend import ModelBackend
 from rolecall.lm.continuous import ContinuousBatcher, PrefixCache
 from rolecall.lm.generation import GenerationRequest, generate_batch
+from rolecall.lm.local import prompt_group
 
 SYSTEM = "You answer questions about a fictional world of towns, rivers and record labels. " * 6
 
@@ -93,6 +94,26 @@ def test_prefix_cache_is_reused_across_batches(backend, tiny_model, smollm_token
     assert cache.hits >= len(reqs) - 1
     header = len(_prompt(tok, "")) - 10  # roughly the system message's tokens
     assert cache.reused_tokens >= (len(reqs) - 1) * header * 0.8
+
+
+def test_prefix_cache_keeps_each_roles_header(backend, tiny_model, smollm_tokenizer):
+    """Two roles whose system messages share only their opening words: alternating their requests must not cut one
+    role's cached header down to the words it shares with the other (they are told apart by ``prompt_group``)."""
+    tok = smollm_tokenizer
+    # the two system messages share SYSTEM, then go on differently for as long again
+    systems = [SYSTEM + "Answer in one short phrase. " * 12, SYSTEM + "Explain your answer step by step. " * 10]
+    reqs = []
+    for q in QUESTIONS:
+        for system in systems:
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": q}]
+            reqs.append(GenerationRequest(_prompt(tok, q, system), max_tokens=4, prefix_group=prompt_group(messages)))
+    assert reqs[0].prefix_group != reqs[1].prefix_group
+    outs = [[c.token_ids for c in backend.batcher.generate(r)] for r in reqs]  # one at a time
+    assert outs == [_alone(tiny_model, tok, r) for r in reqs]
+    cache = backend.batcher.prefix_cache
+    header = min(len(_prompt(tok, "", system)) for system in systems) - 10
+    assert cache.hits >= len(reqs) - 2  # each role misses once, on its first prompt
+    assert cache.reused_tokens >= (len(reqs) - 2) * header * 0.8
 
 
 def _perturb(backend: ModelBackend, adapter: str) -> None:
