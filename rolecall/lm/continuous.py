@@ -34,7 +34,7 @@ from rolecall.lm.generation import (
     _cache_kwarg,
     _common_prefix_length,
     _Row,
-    cache_from_layers,
+    assemble_cache,
     cache_layers,
     decode_step,
     encode_prefix,
@@ -225,6 +225,7 @@ class ContinuousBatcher(QueueBatcher):
         self._closing = False
         # the running batch: rows aligned with the batch dimension of the cache, mask, positions and logits
         self._rows: list[_Row] = []
+        self._live: list[bool] = []  # False for a finished row still in the batch, until the next compaction
         self._jobs: dict[int, _Job] = {}
         self._next_job = 0
         self._cache: Any = None
@@ -261,7 +262,7 @@ class ContinuousBatcher(QueueBatcher):
                 self._closing = True
             else:
                 self._waiting.append(item)
-        admitted, rows = [], len(self._rows)
+        admitted, rows = [], sum(self._live)  # finished rows leave the batch when newcomers are merged in
         while self._waiting and (rows + self._waiting[0][0].n <= self.max_batch_rows or rows == 0):
             item = self._waiting.pop(0)
             admitted.append(item)
@@ -360,43 +361,52 @@ class ContinuousBatcher(QueueBatcher):
         self.stats.rows += len(rows)
         if not self._rows:
             self._cache, self._attention, self._next_pos, self._logits = cache, attention, next_pos, logits
-            self._rows = rows
+            self._rows, self._live = rows, [True] * len(rows)
             return
-        width = max(self._attention.shape[1], attention.shape[1])
-        old, new = cache_layers(self._cache), cache_layers(cache)
-        self._cache = cache_from_layers(
-            [
-                (
-                    torch.cat([pad_left(ko, width, 2), pad_left(kn, width, 2)]),
-                    torch.cat([pad_left(vo, width, 2), pad_left(vn, width, 2)]),
-                )
-                for (ko, vo), (kn, vn) in zip(old, new, strict=True)
-            ]
-        )
-        self._attention = torch.cat([pad_left(self._attention, width, 1), pad_left(attention, width, 1)])
-        self._next_pos = torch.cat([self._next_pos, next_pos])
-        self._logits = torch.cat([self._logits, logits])
-        self._rows = self._rows + rows
+        # one copy: the running batch's live rows (finished ones leave now) and the newcomers, right-aligned
+        keep = [b for b, live in enumerate(self._live) if live]
+        old_attention, start = self._kept_attention(keep)
+        width = max(old_attention.shape[1], attention.shape[1])
+        self._cache = assemble_cache([(cache_layers(self._cache), keep, start), (cache_layers(cache), None, 0)])
+        self._attention = torch.cat([pad_left(old_attention, width, 1), pad_left(attention, width, 1)])
+        idx = torch.tensor(keep, device=next_pos.device)
+        self._next_pos = torch.cat([self._next_pos.index_select(0, idx), next_pos])
+        self._logits = torch.cat([self._logits.index_select(0, idx), logits])
+        self._rows = [self._rows[b] for b in keep] + rows
+        self._live = [True] * len(self._rows)
 
     # ------------------------------------------------------------------ decoding
     def _step(self, model) -> list[_Job]:
-        """Sample one token for every running row, retire finished requests, and run one decode step for the rest.
-        Returns the jobs whose last row finished."""
+        """Sample one token for every live row, retire finished requests, and run one decode step for the rest.
+        Returns the jobs whose last row finished.
+
+        A finished row stays in the batch (fed padding, its output ignored) until newcomers are merged in or a quarter
+        of the batch has finished: dropping it at once would copy every other row's KV cache each time any row ends.
+        """
         tokenizer = self.backend.tokenizer
+        live = [b for b, is_live in enumerate(self._live) if is_live]
         self.stats.steps += 1
-        self.stats.row_steps += len(self._rows)
-        self.stats.max_rows = max(self.stats.max_rows, len(self._rows))
+        self.stats.row_steps += len(live)
+        self.stats.max_rows = max(self.stats.max_rows, len(live))
         done: list[_Job] = []
         try:
-            tokens = sample_step(tokenizer, self._rows, self._logits, set(self.backend.eos_token_ids))
-            keep = [b for b, row in enumerate(self._rows) if row.finish_reason is None]
-            done = self._retire([row for row in self._rows if row.finish_reason is not None])
-            if not keep:
+            logits = self._logits if len(live) == len(self._rows) else self._logits[live]
+            sampled = sample_step(tokenizer, [self._rows[b] for b in live], logits, set(self.backend.eos_token_ids))
+            tokens = [self._pad_id] * len(self._rows)
+            for b, tok in zip(live, sampled, strict=True):
+                tokens[b] = tok
+            finished = [b for b in live if self._rows[b].finish_reason is not None]
+            for b in finished:
+                self._live[b] = False
+            done = self._retire([self._rows[b] for b in finished])
+            n_live = len(live) - len(finished)
+            if not n_live:
                 self._reset()
                 return done
-            if len(keep) < len(self._rows):
-                self._select(keep)
+            if 4 * (len(self._rows) - n_live) >= len(self._rows):
+                keep = [b for b, is_live in enumerate(self._live) if is_live]
                 tokens = [tokens[b] for b in keep]
+                self._select(keep)
             self._cache, self._attention, self._next_pos, self._logits = decode_step(
                 model,
                 self._cache,
@@ -416,6 +426,11 @@ class ContinuousBatcher(QueueBatcher):
             self._reset()
         return done
 
+    @property
+    def _pad_id(self) -> int:
+        tokenizer = self.backend.tokenizer
+        return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.backend.eos_token_ids[0]
+
     def _retire(self, finished: list[_Row]) -> list[_Job]:
         done = []
         for job_id in {row.request_index for row in finished}:
@@ -424,23 +439,24 @@ class ContinuousBatcher(QueueBatcher):
                 done.append(self._jobs.pop(job_id))
         return done
 
-    def _select(self, keep: list[int]) -> None:
-        """Keep only the batch rows ``keep``, and drop cache columns no remaining row attends to."""
-        idx = torch.tensor(keep, device=self._attention.device)
-        attention = self._attention.index_select(0, idx)
+    def _kept_attention(self, keep: list[int]) -> tuple[torch.Tensor, int]:
+        """The attention mask of rows ``keep`` without the leading columns none of them attends to, and how many
+        columns that drops."""
+        attention = self._attention.index_select(0, torch.tensor(keep, device=self._attention.device))
         used = attention.any(dim=0).nonzero()
         start = int(used[0]) if len(used) else 0
-        self._cache = cache_from_layers(
-            [
-                (k.index_select(0, idx)[:, :, start:], v.index_select(0, idx)[:, :, start:])
-                for k, v in cache_layers(self._cache)
-            ]
-        )
-        self._attention = attention[:, start:]
+        return attention[:, start:], start
+
+    def _select(self, keep: list[int]) -> None:
+        """Keep only the batch rows ``keep``, and drop cache columns no remaining row attends to (one copy)."""
+        self._attention, start = self._kept_attention(keep)
+        self._cache = assemble_cache([(cache_layers(self._cache), keep, start)])
+        idx = torch.tensor(keep, device=self._attention.device)
         self._next_pos = self._next_pos.index_select(0, idx)
         self._logits = self._logits.index_select(0, idx)
         self._rows = [self._rows[b] for b in keep]
+        self._live = [True] * len(self._rows)
 
     def _reset(self) -> None:
-        self._rows = []
+        self._rows, self._live = [], []
         self._cache = self._attention = self._next_pos = self._logits = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rolecall.lm.generation import GenerationRequest, generate_batch
+from rolecall.lm.generation import GenerationRequest, assemble_cache, generate_batch, pad_left
 
 
 def _prompt(tok, text: str) -> list[int]:
@@ -167,3 +167,23 @@ def test_growable_cache_appends_in_place_and_survives_reorder():
     keys, values = cache.update(k3, v3, 0)
     assert torch.equal(keys, torch.cat([k[1:], k2[1:], k3], 2))
     assert torch.equal(values, torch.cat([v[1:], v2[1:], v3], 2))
+
+
+def test_assemble_cache_selects_trims_pads_and_grows_in_place():
+    """Rows picked from two caches, leading columns dropped, right-aligned with zero padding: the same tensors as
+    index_select + slice + pad + cat, and the result appends a decode step without reallocating."""
+    gen = torch.Generator().manual_seed(0)
+    a = [(torch.randn(4, 2, 7, 3, generator=gen), torch.randn(4, 2, 7, 3, generator=gen)) for _ in range(2)]
+    b = [(torch.randn(2, 2, 3, 3, generator=gen), torch.randn(2, 2, 3, 3, generator=gen)) for _ in range(2)]
+    cache = assemble_cache([(a, [0, 2, 3], 2), (b, None, 0)], extra=1)
+    keep = torch.tensor([0, 2, 3])
+    for layer, ((ka, va), (kb, vb)) in enumerate(zip(a, b, strict=True)):
+        want_k = torch.cat([ka.index_select(0, keep)[:, :, 2:], pad_left(kb, 5, 2)])
+        want_v = torch.cat([va.index_select(0, keep)[:, :, 2:], pad_left(vb, 5, 2)])
+        assert torch.equal(cache.layers[layer].keys, want_k)
+        assert torch.equal(cache.layers[layer].values, want_v)
+    buffer = cache.layers[0]._buf_k
+    step = torch.ones(5, 2, 1, 3)
+    keys, _ = cache.update(step, step, 0)
+    assert keys.shape == (5, 2, 6, 3) and torch.equal(keys[:, :, -1:], step)
+    assert cache.layers[0]._buf_k is buffer  # appended into the preallocated room
