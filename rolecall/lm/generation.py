@@ -8,9 +8,11 @@ Rows that finish are dropped from the cache so the batch shrinks as it goes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -247,11 +249,45 @@ def _cache_kwarg_of(model_class: type) -> str:
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
-def _adapter_kwargs(model, adapters: Sequence[str]) -> dict:
-    """``adapter_names`` for a PEFT model (mixed-adapter batch); nothing for a plain model."""
+_TUNER_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _tuner_layers(model) -> list[Any]:
+    """The PEFT tuner (LoRA) layers of ``model``, listed once per model and adapter count."""
+    count = len(model.peft_config)
+    cached = _TUNER_LAYERS.get(model)
+    if cached is None or cached[0] != count:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        cached = (count, [m for m in model.modules() if isinstance(m, BaseTunerLayer)])
+        _TUNER_LAYERS[model] = cached
+    return cached[1]
+
+
+@contextlib.contextmanager
+def _adapter_pass(model, adapters: Sequence[str]) -> Iterator[dict]:
+    """The forward kwargs that run each batch row under its adapter (``adapter_names``; nothing for a plain model).
+
+    A batch wholly on the base model (every untrained adapter is routed there) instead switches the LoRA layers off
+    for the pass: PEFT's mixed-adapter path walks every module and hooks every LoRA layer on each forward, a tenth of
+    a CPU decode step. The flag is flipped directly because PEFT's ``disable_adapter()`` also resets which adapters
+    require grad, which a trainer relies on; callers hold the backend lock, so no other forward sees the switch.
+    """
     if not hasattr(model, "peft_config"):
-        return {}
-    return {"adapter_names": list(adapters)}
+        yield {}
+        return
+    if any(a != BASE_ADAPTER for a in adapters):
+        yield {"adapter_names": list(adapters)}
+        return
+    layers = _tuner_layers(model)
+    saved = [layer._disable_adapters for layer in layers]
+    for layer in layers:
+        layer._disable_adapters = True
+    try:
+        yield {}
+    finally:
+        for layer, flag in zip(layers, saved, strict=True):
+            layer._disable_adapters = flag
 
 
 def _common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
@@ -281,14 +317,15 @@ def encode_prefix(model, prompt_ids: Sequence[int], adapter: str, cache_kw: str,
     from transformers import DynamicCache
 
     n = len(prompt_ids)
-    out = model(
-        input_ids=torch.tensor([list(prompt_ids)], dtype=torch.long, device=device),
-        position_ids=torch.arange(n, device=device).unsqueeze(0),
-        use_cache=True,
-        logits_to_keep=1,
-        **{cache_kw: DynamicCache()},
-        **_adapter_kwargs(model, [adapter]),
-    )
+    with _adapter_pass(model, [adapter]) as adapter_kw:
+        out = model(
+            input_ids=torch.tensor([list(prompt_ids)], dtype=torch.long, device=device),
+            position_ids=torch.arange(n, device=device).unsqueeze(0),
+            use_cache=True,
+            logits_to_keep=1,
+            **{cache_kw: DynamicCache()},
+            **adapter_kw,
+        )
     cache = getattr(out, cache_kw)
     return [_layer_kv(cache, layer) for layer in range(_num_layers(cache))]
 
@@ -426,15 +463,16 @@ def prefill(
         suffix_mask[i, width - len(suffix) :] = 1
     attention = torch.cat([attention, suffix_mask.to(device)], dim=1)  # (R, prefix + width)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    out = model(
-        input_ids=input_ids.to(device),
-        attention_mask=attention,
-        position_ids=positions[:, attention.shape[1] - width :],
-        use_cache=True,
-        logits_to_keep=1,  # only the last position's logits are needed: skips a (R, T, V) projection
-        **{cache_kw: cache},
-        **_adapter_kwargs(model, adapters),
-    )
+    with _adapter_pass(model, adapters) as adapter_kw:
+        out = model(
+            input_ids=input_ids.to(device),
+            attention_mask=attention,
+            position_ids=positions[:, attention.shape[1] - width :],
+            use_cache=True,
+            logits_to_keep=1,  # only the last position's logits are needed: skips a (R, T, V) projection
+            **{cache_kw: cache},
+            **adapter_kw,
+        )
     # the n samples of a prompt share its prefill: repeat its cache row n times
     expand = torch.tensor([i for i, r in enumerate(requests) for _ in range(r.n)], device=device)
     cache = getattr(out, cache_kw)
@@ -449,14 +487,15 @@ def decode_step(model, cache, attention, next_pos, tokens: Sequence[int], adapte
     """Feed one token per row; returns the updated ``(cache, attention, next_pos, logits)``."""
     device = attention.device
     attention = torch.cat([attention, attention.new_ones((len(tokens), 1))], dim=1)
-    out = model(
-        input_ids=torch.tensor(list(tokens), device=device).unsqueeze(1),
-        attention_mask=attention,
-        position_ids=next_pos.unsqueeze(1),
-        use_cache=True,
-        **{cache_kw: cache},
-        **_adapter_kwargs(model, adapters),
-    )
+    with _adapter_pass(model, adapters) as adapter_kw:
+        out = model(
+            input_ids=torch.tensor(list(tokens), device=device).unsqueeze(1),
+            attention_mask=attention,
+            position_ids=next_pos.unsqueeze(1),
+            use_cache=True,
+            **{cache_kw: cache},
+            **adapter_kw,
+        )
     return getattr(out, cache_kw), attention, next_pos + 1, out.logits[:, -1, :].float()
 
 

@@ -139,3 +139,29 @@ def test_untrained_adapters_run_as_the_base_model(lm):
     assert not backend.is_identity_adapter("fresh")
     assert backend.route_identity_adapters([req])[0].adapter == "fresh"
     assert isinstance(view(messages=MSG)[0], str)
+
+
+def test_base_rows_skip_lora_and_leave_trainable_adapters_alone(lm, tiny_model, smollm_tokenizer):
+    """A batch wholly on the base model switches the LoRA layers off for the pass only: the output is the plain model's
+    even while a trained adapter is the active one, and afterwards the adapter computes and trains as before."""
+    prompt = lm.backend.encode_messages(MSG)
+    base_req = GenerationRequest(prompt, max_tokens=6)
+    before = lm.backend.generate([base_req])[0][0].token_ids  # plain model (no adapter yet)
+    lm.for_role("trained")
+    peft_model = lm.backend.model
+    peft_model.set_adapter("trained")  # active adapter, trainable
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B.trained" in name:
+                p.normal_(0, 0.5)
+    lm.backend.mark_updated("trained")
+    trainable = {n for n, p in peft_model.named_parameters() if p.requires_grad}
+    assert trainable, "the active adapter's weights train"
+    assert lm.backend.generate([base_req])[0][0].token_ids == before
+    assert {n for n, p in peft_model.named_parameters() if p.requires_grad} == trainable
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        with_adapter = peft_model(input_ids=ids).logits
+        with peft_model.disable_adapter():
+            plain = peft_model(input_ids=ids).logits
+    assert not torch.allclose(with_adapter, plain), "the adapter is switched back on after the base pass"
