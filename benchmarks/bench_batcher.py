@@ -125,7 +125,7 @@ def bench_prefix(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------------- merge
 def three_copy_merge(old: Sequence[tuple[torch.Tensor, torch.Tensor]], keep: torch.Tensor, new: Sequence[Any]) -> Any:
     """The merge as it was: select the kept rows, left-pad both sides, concatenate, then copy into a fresh cache."""
-    from rolecall.lm.generation import cache_from_layers, pad_left
+    from rolecall.lm.generation import new_cache, pad_left
 
     width = max(old[0][0].shape[2], new[0][0].shape[2])
     layers = []
@@ -137,7 +137,10 @@ def three_copy_merge(old: Sequence[tuple[torch.Tensor, torch.Tensor]], keep: tor
                 torch.cat([pad_left(vo, width, 2), pad_left(vn, width, 2)]),
             )
         )
-    return cache_from_layers(layers)
+    cache = new_cache()
+    for i, (k, v) in enumerate(layers):
+        cache.update(k, v, i)
+    return cache
 
 
 def bench_merge(args: argparse.Namespace) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from rolecall.lm.generation import (
     encode_prefix,
     make_rows,
     pad_left,
+    pad_token_id,
     prefill,
     sample_step,
     to_completion,
@@ -392,7 +393,7 @@ class ContinuousBatcher(QueueBatcher):
         try:
             logits = self._logits if len(live) == len(self._rows) else self._logits[live]
             sampled = sample_step(tokenizer, [self._rows[b] for b in live], logits, set(self.backend.eos_token_ids))
-            tokens = [self._pad_id] * len(self._rows)
+            tokens = [pad_token_id(tokenizer)] * len(self._rows)
             for b, tok in zip(live, sampled, strict=True):
                 tokens[b] = tok
             finished = [b for b in live if self._rows[b].finish_reason is not None]
@@ -425,11 +426,6 @@ class ContinuousBatcher(QueueBatcher):
                     job.future.set_exception(exc)
             self._reset()
         return done
-
-    @property
-    def _pad_id(self) -> int:
-        tokenizer = self.backend.tokenizer
-        return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.backend.eos_token_ids[0]
 
     def _retire(self, finished: list[_Row]) -> list[_Job]:
         done = []

@@ -290,6 +290,11 @@ def _adapter_pass(model, adapters: Sequence[str]) -> Iterator[dict]:
             layer._disable_adapters = flag
 
 
+def pad_token_id(tokenizer) -> int:
+    """The id that pads a batch: the tokenizer's pad token, else its EOS token."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
 def _common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     """Length of the longest token prefix shared by all prompts, leaving each prompt at least one token of its own."""
     limit = min(len(p) for p in prompts) - 1
@@ -338,14 +343,6 @@ def pad_left(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
     shape = list(t.shape)
     shape[dim] = pad
     return torch.cat([t.new_zeros(shape), t], dim=dim)
-
-
-def cache_from_layers(layers: Sequence[KV]):
-    """A growable KV cache (:func:`new_cache`) holding the given per-layer ``(keys, values)``."""
-    cache = new_cache()
-    for i, (k, v) in enumerate(layers):
-        cache.update(k, v, i)
-    return cache
 
 
 def _runs(rows: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -451,11 +448,11 @@ def prefill(
     Returns ``(cache, attention, next_pos, logits)`` with one batch row per sample row, in request order: the KV
     cache, the attention mask over it, each row's next position id, and the logits of its first token.
     """
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad_id = pad_token_id(tokenizer)
     shared = [0 if p is None else p[0][0].shape[2] for p in prefixes]
     suffixes = [r.prompt_ids[n:] for r, n in zip(requests, shared, strict=True)]
     width = max(len(x) for x in suffixes)
-    cache, attention, shared = stack_prefixes(prefixes, device, extra=width)
+    cache, attention, _ = stack_prefixes(prefixes, device, extra=width)
     input_ids = torch.full((len(requests), width), pad_id, dtype=torch.long)
     suffix_mask = torch.zeros((len(requests), width), dtype=torch.long)
     for i, suffix in enumerate(suffixes):
