@@ -22,19 +22,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "bench_batcher.json"
+from _common import bench_parser, write_results
+
 PARTS = ("prefix", "merge", "base_pass")
 
 
@@ -238,14 +234,13 @@ def bench_base_pass(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__, "bench_batcher")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, from {', '.join(PARTS)}")
     parser.add_argument("--questions", type=int, default=8, help="questions per role for prefix (default 8)")
     parser.add_argument("--rows", type=int, default=16, help="batch rows for merge and base_pass (default 16)")
     parser.add_argument("--context", type=int, default=1500, help="cached tokens per row (default 1500)")
     parser.add_argument("--steps", type=int, default=8, help="timed decode steps per round (default 8)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per variant (default 3)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON results")
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     if set(parts) - set(PARTS):
@@ -274,10 +269,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"  PEFT hooks {r['peft_hooks']['ms_per_step']:6.0f} ms   base pass {r['base_pass']['ms_per_step']:6.0f} ms"
             f"   = {r['ratio']:.2f}x  (logits agree: {r['logits_agree']})"
         )
-    results["config"] = {**vars(args), "out": str(args.out), "cpus": os.cpu_count(), "platform": platform.platform()}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {args.out}")
+    print(f"wrote {write_results(results, args)}")
 
 
 if __name__ == "__main__":

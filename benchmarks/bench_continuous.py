@@ -17,12 +17,8 @@ floating-point ties), and writes ``benchmarks/results/bench_continuous.json``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import dspy
@@ -33,8 +29,7 @@ from rolecall.lm import LocalLM
 from rolecall.programs.registry import build_program
 from rolecall.retrievers.bm25 import BM25
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "bench_continuous.json"
+from _common import bench_parser, write_results
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -84,12 +79,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["ratio_wall"] = results["static"]["wall_s"] / results["continuous"]["wall_s"]
         same = sum(a == b for a, b in zip(answers["static"], answers["continuous"], strict=True))
         results["answers_agree"] = f"{same}/{len(questions)}"
-    results["config"] = {**vars(args), "out": str(args.out), "cpus": os.cpu_count(), "platform": platform.platform()}
     return results
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__, "bench_continuous")
     parser.add_argument("--questions", type=int, default=16, help="held-out synthetic questions (default 16)")
     parser.add_argument("--threads", type=int, default=16, help="concurrent questions (default 16)")
     parser.add_argument("--program", default="opera", help="registered program to evaluate (default opera)")
@@ -97,7 +91,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-batch-rows", type=int, default=32, help="batcher row cap (default 32)")
     parser.add_argument("--dtype", default="auto", help="model dtype: auto, float32, bfloat16")
     parser.add_argument("--seed", type=int, default=0, help="synthetic world seed (default 0)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON results")
     args = parser.parse_args(argv)
     print(f"bench_continuous: {args.program} on {args.questions} questions, {args.threads} threads, modes {args.modes}")
     results = run(args)
@@ -106,9 +99,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"\ncontinuous / static: {results['ratio_tokens_per_s']:.2f}x tokens/s, {results['ratio_wall']:.2f}x "
             f"wall  (target > 1.5); answers agree {results['answers_agree']}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2, default=str))
-    print(f"wrote {args.out}")
+    print(f"wrote {write_results(results, args)}")
 
 
 if __name__ == "__main__":

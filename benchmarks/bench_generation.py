@@ -13,21 +13,16 @@ numbers to ``benchmarks/results/bench_generation.json``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import dspy
 
 from rolecall.lm import LocalLM
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "bench_generation.json"
+from _common import bench_parser, write_results
 
 DEMOS = [
     dspy.Example(question="What is the capital of Italy?", answer="Rome").with_inputs("question"),
@@ -104,24 +99,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stats = lm.backend.batcher.stats
     results["ratio"] = results["concurrent"]["tokens_per_s"] / results["sequential"]["tokens_per_s"]
     results["batcher"] = {"batches": stats.batches, "mean_rows": stats.mean_rows, "max_rows": stats.max_rows}
-    results["config"] = {**vars(args), "out": str(args.out), "cpus": os.cpu_count(), "platform": platform.platform()}
     return results
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__, "bench_generation")
     parser.add_argument("--calls", type=int, default=32, help="number of dspy.Predict calls (default 32)")
     parser.add_argument("--max-tokens", type=int, default=48, help="completion budget per call (default 48)")
     parser.add_argument("--dtype", default="auto", help="model dtype: auto (fp32 on CPU), float32, bfloat16")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON results")
     args = parser.parse_args(argv)
     print(f"bench_generation: {args.calls} dspy.Predict calls, embedded SmolLM2-135M, dtype={args.dtype}")
     results = run(args)
     print(f"\nconcurrent / sequential tokens/s = {results['ratio']:.2f}x  (target >= 3)")
     print(f"batcher: {results['batcher']}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {args.out}")
+    print(f"wrote {write_results(results, args)}")
 
 
 if __name__ == "__main__":

@@ -12,13 +12,9 @@ and writes ``benchmarks/results/bench_kv_cache.json``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,8 +22,7 @@ import torch
 from rolecall.lm.backend import ModelBackend
 from rolecall.lm.generation import BASE_ADAPTER, _cache_kwarg, decode_step, new_cache
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "bench_kv_cache.json"
+from _common import bench_parser, write_results
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -71,27 +66,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["ratio"] = result["dynamic"]["ms_per_step"] / result["growable"]["ms_per_step"]
     result["logits_agree"] = agree
     result["dtype"] = str(dtype)
-    result["config"] = {**vars(args), "out": str(args.out), "cpus": os.cpu_count(), "platform": platform.platform()}
     return result
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__, "bench_kv_cache")
     parser.add_argument("--rows", type=int, default=16, help="batch rows (default 16)")
     parser.add_argument("--context", type=int, default=1500, help="cached tokens per row (default 1500)")
     parser.add_argument("--steps", type=int, default=12, help="timed decode steps per round (default 12)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per cache kind (default 3)")
     parser.add_argument("--dtype", default="auto", help="model dtype: auto, float32, bfloat16")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON results")
     args = parser.parse_args(argv)
     print(f"bench_kv_cache: {args.rows} rows x {args.context} cached tokens, embedded SmolLM2-135M")
     r = run(args)
     print(f"  dynamic  {r['dynamic']['ms_per_step']:6.0f} ms/step")
     print(f"  growable {r['growable']['ms_per_step']:6.0f} ms/step")
     print(f"dynamic / growable = {r['ratio']:.2f}x  (target > 1.2); logits agree: {r['logits_agree']}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(r, indent=2))
-    print(f"wrote {args.out}")
+    print(f"wrote {write_results(r, args)}")
 
 
 if __name__ == "__main__":

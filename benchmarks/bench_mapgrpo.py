@@ -20,7 +20,6 @@ import json
 import shutil
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import dspy
@@ -33,8 +32,7 @@ from rolecall.optimizers import MAPGRPO, MAPGRPOConfig
 from rolecall.programs import OPERA
 from rolecall.retrievers.bm25 import BM25
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "bench_mapgrpo.json"
+from _common import bench_parser, write_results
 
 
 def _metrics(result: Any) -> dict[str, float]:
@@ -117,28 +115,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     results["em_gain_vs_prompt_only"] = results["mapgrpo"]["em"] - results["prompt_only"]["em"]
     results["em_gain_vs_bootstrap"] = results["mapgrpo"]["em"] - results["bootstrap_fewshot"]["em"]
-    results["config"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     return results
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__, "bench_mapgrpo")
     parser.add_argument("--questions", type=int, default=100, help="held-out test questions (default 100)")
     parser.add_argument("--budget-minutes", type=float, default=20.0, help="MAPGRPO wall-clock budget (default 20)")
     parser.add_argument("--group-size", type=int, default=4, help="MAPGRPO group size (default 4)")
     parser.add_argument("--bootstrap-train", type=int, default=24, help="train questions BootstrapFewShot may use")
     parser.add_argument("--threads", type=int, default=16, help="concurrent questions (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="world and training seed (default 0)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results JSON path")
     parser.add_argument("--fresh", action="store_true", help="discard saved progress (records, checkpoints) first")
     args = parser.parse_args(argv)
     print(f"bench_mapgrpo: {args.questions} held-out synthetic questions, embedded SmolLM2-135M")
     results = run(args)
     print(f"\nEM gain vs prompt-only: {results['em_gain_vs_prompt_only'] * 100:+.1f} points (target >= +10)")
     print(f"EM gain vs BootstrapFewShot: {results['em_gain_vs_bootstrap'] * 100:+.1f} points (target > 0)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2, default=str))
-    print(f"wrote {args.out}")
+    print(f"wrote {write_results(results, args)}")
 
 
 if __name__ == "__main__":

@@ -15,9 +15,6 @@ writes everything to ``benchmarks/results/bench_retrieval.json``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from itertools import islice
@@ -32,9 +29,9 @@ from rolecall.data.types import Document
 from rolecall.evaluation.metrics import recall_at_k
 from rolecall.retrievers import BM25, DenseRetriever
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import REPO, bench_parser, write_results
+
 DEFAULT_DATA = REPO / ".." / "shared" / "data" / "hotpotqa" / "hotpot_dev_distractor_600.jsonl"
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "bench_retrieval.json"
 
 
 def load_closed_corpus(path: Path, limit: int | None) -> tuple[list[Document], list[str], list[set[str]]]:
@@ -125,14 +122,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "k": args.k,
         "results": rows,
         "bm25_qps_ratio_vs_rank_bm25": ratio,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
     }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
-    )
+    parser = bench_parser(__doc__, "bench_retrieval")
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="HotpotQA distractor JSONL (default: %(default)s)")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N questions (and their paragraphs)")
     parser.add_argument("--k", type=int, default=5, help="passages per query; recall is measured at k (default 5)")
@@ -140,15 +134,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--skip-dense", action="store_true", help="skip the dense retriever (no MiniLM encoding)")
     parser.add_argument("--encoder", default="embedded:all-minilm-l6-v2", help="dense encoder (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=64, help="dense encoder batch size (default 64)")
-    parser.add_argument("--out", default=str(DEFAULT_OUT), help="results JSON (default: %(default)s)")
     args = parser.parse_args(argv)
     if not Path(args.data).is_file():
         parser.error(f"{args.data} not found; pass --data PATH to a HotpotQA distractor JSONL file")
     results = run(args)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out}")
+    print(f"wrote {write_results(results, args)}")
 
 
 if __name__ == "__main__":

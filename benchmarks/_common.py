@@ -1,0 +1,64 @@
+"""What every benchmark script shares: its argument parser with ``--out``, and the results writer.
+
+Each script's results JSON carries a ``config`` block (its arguments plus the machine it ran on) so a number in
+``benchmarks/results/`` can always be traced back to the command and the hardware that produced it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "benchmarks" / "results"
+
+
+def bench_parser(doc: str | None, name: str) -> argparse.ArgumentParser:
+    """An argument parser for benchmark ``name`` whose help is the script's docstring.
+
+    It already has ``--out`` (default ``benchmarks/results/<name>.json``), listed in its own group after the script's
+    options.
+    """
+    parser = argparse.ArgumentParser(
+        prog=f"{name}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    output = parser.add_argument_group("output")
+    output.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS_DIR / f"{name}.json",
+        help=f"where to write the JSON results (default: benchmarks/results/{name}.json)",
+    )
+    return parser
+
+
+def machine_info() -> dict[str, Any]:
+    """The facts about this machine and software stack that a timing depends on."""
+    info: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        info["torch"] = torch.__version__
+        info["cuda"] = bool(torch.cuda.is_available())
+    return info
+
+
+def write_results(results: dict[str, Any], args: argparse.Namespace) -> Path:
+    """Add the ``config`` block (arguments and machine) to ``results`` and write it as JSON to ``args.out``.
+
+    Values JSON cannot encode (paths, dtypes) are written as strings. Returns the path written.
+    """
+    out = Path(args.out)
+    arguments = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    results["config"] = {**arguments, **machine_info()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    return out
