@@ -23,6 +23,7 @@ from rolecall.lm.batching import RequestBatcher
 from rolecall.lm.continuous import ContinuousBatcher
 from rolecall.lm.embedded import resolve_model_path
 from rolecall.lm.generation import Completion, GenerationRequest, generate_batch
+from rolecall.lm.memory import limit_heap_fragmentation
 
 __all__ = ["ModelBackend", "default_lora_config"]
 
@@ -85,6 +86,9 @@ class ModelBackend:
             prefixes stay cached across batches; :class:`~rolecall.lm.continuous.ContinuousBatcher`) or ``"static"``
             (each batch decodes until its longest request is done; :class:`~rolecall.lm.batching.RequestBatcher`).
         prefix_cache_mb: memory the continuous batcher's prompt-prefix cache may take.
+
+    On the CPU it applies :func:`rolecall.lm.memory.limit_heap_fragmentation` (``ROLECALL_MALLOC_TUNE``: by default the
+    batcher hands freed heap pages back to the system every 2 s; ``heap_trimmer`` is None when it does not).
     """
 
     def __init__(
@@ -103,6 +107,8 @@ class ModelBackend:
         if batching not in ("continuous", "static"):
             raise ConfigError(f"batching must be 'continuous' or 'static', got {batching!r}")
         self.device = _pick_device(device)
+        # KV caches of ever different sizes would otherwise fragment glibc's heap (see rolecall.lm.memory)
+        self.heap_trimmer = limit_heap_fragmentation() if self.device.type == "cpu" else None
         self.lock = threading.RLock()
         if isinstance(model, (str, Path)):
             self.name = str(model)
@@ -277,7 +283,10 @@ class ModelBackend:
     def _run_batch(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         with self.generating() as model:
             requests = self.route_identity_adapters(requests)
-            return generate_batch(model, self.tokenizer, requests, eos_token_ids=self.eos_token_ids)
+            out = generate_batch(model, self.tokenizer, requests, eos_token_ids=self.eos_token_ids)
+        if self.heap_trimmer is not None:
+            self.heap_trimmer.maybe_trim()
+        return out
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         """Submit several requests to the batcher at once and wait for all of them."""
