@@ -268,7 +268,8 @@ class ModelBackend:
     def generating(self) -> Iterator[Any]:
         """Hold the lock, in eval and inference mode, for one generation pass; yields the model. A trainer's train mode
         is restored afterwards, and no autograd graph is kept (trainable LoRA weights would otherwise chain one through
-        the KV cache)."""
+        the KV cache). Both batchers generate only through here, so this is also where the heap trimmer runs, once the
+        lock is released."""
         with self.lock, torch.inference_mode():
             model = self.model
             was_training = model.training
@@ -279,14 +280,13 @@ class ModelBackend:
             finally:
                 if was_training:
                     model.train()
+        if self.heap_trimmer is not None:  # after the lock: a trim must not hold up a trainer's step
+            self.heap_trimmer.maybe_trim()
 
     def _run_batch(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         with self.generating() as model:
             requests = self.route_identity_adapters(requests)
-            out = generate_batch(model, self.tokenizer, requests, eos_token_ids=self.eos_token_ids)
-        if self.heap_trimmer is not None:
-            self.heap_trimmer.maybe_trim()
-        return out
+            return generate_batch(model, self.tokenizer, requests, eos_token_ids=self.eos_token_ids)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         """Submit several requests to the batcher at once and wait for all of them."""

@@ -287,9 +287,6 @@ class ContinuousBatcher(QueueBatcher):
                 job.future.set_result(
                     [to_completion(self.backend.tokenizer, row, len(job.request.prompt_ids)) for row in job.rows]
                 )
-            trimmer = getattr(self.backend, "heap_trimmer", None)
-            if trimmer is not None:  # outside the lock: a trim must not hold up a trainer's step
-                trimmer.maybe_trim()
 
     # ------------------------------------------------------------------ admission
     def _prefixes(self, model, requests: Sequence[GenerationRequest], adapters: Sequence[str], cache_kw, device):
