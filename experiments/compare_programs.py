@@ -26,18 +26,17 @@ import csv
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rolecall.data.corpus import DEV_SUBSET_FILES
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
-DATA_FILES: dict[str, Path] = {
-    "hotpotqa": SHARED_DATA / "hotpotqa" / "hotpot_dev_distractor_600.jsonl",
-    "2wiki": SHARED_DATA / "2wikimultihopqa" / "2wiki_dev_243.json",
-    "musique": SHARED_DATA / "musique" / "musique_ans_dev_55.jsonl",
-}
+DATA_FILES: dict[str, Path] = {name: SHARED_DATA / rel for name, rel in DEV_SUBSET_FILES.items()}
 DATASETS = ("synthetic", "hotpotqa", "2wiki", "musique")
 COLUMNS = (
     ("em", "EM", "{:.3f}"),
@@ -202,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rolecall.retrievers.bm25 import BM25
 
         lm = LocalLM()
+        print_lock = threading.Lock()  # programs finish on worker threads: one line each, never interleaved
         for dataset in datasets:
             loaded = load_dataset_with_corpus(dataset, args.limit)
             if loaded is None:
@@ -220,11 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 start: float = start,
             ) -> None:
                 row = run_one(name, dataset, examples, retriever, lm, args)
-                print(
-                    f"  {name:<20} EM {row['em']:.3f}  F1 {row['f1']:.3f}  success {row['success_rate']:.2f}  "
-                    f"(done at {time.perf_counter() - start:.0f} s)",
-                    flush=True,
-                )
+                with print_lock:
+                    print(
+                        f"  {name:<20} EM {row['em']:.3f}  F1 {row['f1']:.3f}  success {row['success_rate']:.2f}  "
+                        f"(done at {time.perf_counter() - start:.0f} s)",
+                        flush=True,
+                    )
 
             parallel_map(one, names, max_workers=args.concurrent_programs)
     rows = [r for r in saved_rows(args.out) if r["program"] in names and r["dataset"] in datasets]

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rolecall.data.corpus import DEV_SUBSET_FILES, dev_subset_path
 from rolecall.errors import ConfigError, RolecallError
 from rolecall.programs.registry import get_program_class, program_names
 
@@ -35,11 +36,7 @@ logger = logging.getLogger("rolecall.cli")
 DATASET_CHOICES = ("synthetic", "hotpotqa", "2wiki", "musique", "flashrag")
 
 # Default files of the real dev subsets, relative to the working directory (a checkout beside shared/data).
-DEFAULT_DATA_PATHS: dict[str, Path] = {
-    "hotpotqa": Path("../shared/data/hotpotqa/hotpot_dev_distractor_600.jsonl"),
-    "2wiki": Path("../shared/data/2wikimultihopqa/2wiki_dev_243.json"),
-    "musique": Path("../shared/data/musique/musique_ans_dev_55.jsonl"),
-}
+DEFAULT_DATA_PATHS: dict[str, Path] = {name: dev_subset_path(name) for name in DEV_SUBSET_FILES}
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):

@@ -31,6 +31,8 @@ from rolecall.errors import ConfigError, DataFormatError
 
 __all__ = [
     "DATASETS",
+    "DEV_SUBSET_FILES",
+    "dev_subset_path",
     "DatasetFormat",
     "load_dataset",
     "detect_format",
@@ -43,6 +45,22 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: The real dev subsets (``data/README.md`` of the shared folder), by dataset name, relative to that folder.
+DEV_SUBSET_FILES: dict[str, str] = {
+    "hotpotqa": "hotpotqa/hotpot_dev_distractor_600.jsonl",
+    "2wiki": "2wikimultihopqa/2wiki_dev_243.json",
+    "musique": "musique/musique_ans_dev_55.jsonl",
+}
+
+
+def dev_subset_path(name: str, root: str | Path = "../shared/data") -> Path:
+    """Where dataset ``name``'s dev subset lies under ``root`` (default: the shared folder beside a checkout, relative
+    to the working directory). Raises ConfigError for a name without a dev subset."""
+    if name not in DEV_SUBSET_FILES:
+        raise ConfigError(f"no dev subset named {name!r}; known: {sorted(DEV_SUBSET_FILES)}")
+    return Path(root) / DEV_SUBSET_FILES[name]
+
 
 Level = Literal["paragraph", "sentence"]
 

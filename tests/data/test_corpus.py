@@ -12,6 +12,7 @@ from rolecall.data.corpus import (
     build_corpus,
     corpus_by_id,
     detect_format,
+    dev_subset_path,
     documents_from_paragraphs,
     load_corpus_jsonl,
     load_dataset,
@@ -28,6 +29,15 @@ FILES = {
     "2wikimultihopqa": DATA / "2wikimultihopqa" / "2wiki_dev_243.json",
     "musique": DATA / "musique" / "musique_ans_dev_55.jsonl",
 }
+
+
+def test_dev_subset_paths_name_the_shared_files():
+    assert dev_subset_path("hotpotqa", DATA) == FILES["hotpotqa"]
+    assert dev_subset_path("2wiki", DATA) == FILES["2wikimultihopqa"]
+    assert dev_subset_path("musique", DATA) == FILES["musique"]
+    assert dev_subset_path("musique") == Path("../shared/data/musique/musique_ans_dev_55.jsonl")
+    with pytest.raises(ConfigError, match="no dev subset"):
+        dev_subset_path("squad")
 
 
 def hotpot_row(qid: str, titles: list[str]) -> dict[str, Any]:
