@@ -12,6 +12,13 @@ greedy decoding, no DSPy cache, the same held-out synthetic questions and the sa
 It prints wall time, completion tokens per second and EM of each run, the continuous / static throughput ratio
 (target > 1.5 on a 2-core CPU), how many answers agree between the runs (greedy decoding: they should, up to
 floating-point ties), and writes ``benchmarks/results/bench_continuous.json``.
+
+A third mode, ``continuous-copy``, is the continuous batcher as it was before newcomers were written in place into
+the running batch's free rows: every admission copied every running row's cache. On long prompts (a real dataset's
+closed corpus) that copy is a large share of the time::
+
+    .venv/bin/python benchmarks/bench_continuous.py --modes continuous-copy continuous --dataset hotpotqa \
+        --program ircot --questions 24 --threads 32 --out benchmarks/results/bench_continuous_inplace.json
 """
 
 from __future__ import annotations
@@ -19,10 +26,12 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import dspy
 
+from rolecall.data.corpus import DEV_SUBSET_FILES, build_corpus, dev_subset_path, load_dataset
 from rolecall.data.synthetic import synthetic_world
 from rolecall.evaluation import evaluate
 from rolecall.lm import LocalLM
@@ -31,16 +40,32 @@ from rolecall.retrievers.bm25 import BM25
 
 from _common import bench_parser, write_results
 
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA_FILES: dict[str, Path] = {name: dev_subset_path(name, SHARED_DATA) for name in DEV_SUBSET_FILES}
+
+
+def load_questions(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
+    """``--questions`` questions of ``--dataset`` and its closed corpus."""
+    if args.dataset == "synthetic":
+        world = synthetic_world(seed=args.seed)
+        return list(world.test[: args.questions]), list(world.corpus)
+    path = DATA_FILES[args.dataset]
+    if not path.is_file():
+        raise SystemExit(f"{path} not found: the real dev subsets live in ../shared/data beside the checkout")
+    return list(load_dataset(args.dataset, path)[: args.questions]), list(build_corpus(args.dataset, path))
+
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate the program once per batching mode on the same questions; returns the measurements."""
-    world = synthetic_world(seed=args.seed)
-    questions = world.test[: args.questions]
-    retriever = BM25(world.corpus)
+    questions, corpus = load_questions(args)
+    retriever = BM25(corpus)
     results: dict[str, Any] = {"questions": len(questions), "program": args.program}
     answers: dict[str, list[str]] = {}
     for mode in args.modes:
-        lm = LocalLM(dtype=args.dtype, cache=False, batching=mode, max_batch_rows=args.max_batch_rows)
+        batching = "continuous" if mode == "continuous-copy" else mode
+        lm = LocalLM(dtype=args.dtype, cache=False, batching=batching, max_batch_rows=args.max_batch_rows)
+        if mode == "continuous-copy":
+            lm.backend.batcher.in_place_merge = False
         program = build_program(args.program, retriever=retriever, lm=lm)
         with dspy.context(lm=lm):
             lm(messages=[{"role": "user", "content": "Hello"}], max_tokens=4)  # warm-up: kernels, first allocation
@@ -60,7 +85,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "mean_rows_per_step": stats.mean_rows,
             "max_rows": stats.max_rows,
         }
-        if mode == "continuous":
+        if batching == "continuous":
+            results[mode]["merges"] = {"in_place": stats.in_place_merges, "copied": stats.copied_merges}
             cache = lm.backend.batcher.prefix_cache
             results[mode]["prefix_cache"] = {
                 "hits": cache.hits,
@@ -79,6 +105,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["ratio_wall"] = results["static"]["wall_s"] / results["continuous"]["wall_s"]
         same = sum(a == b for a, b in zip(answers["static"], answers["continuous"], strict=True))
         results["answers_agree"] = f"{same}/{len(questions)}"
+    if {"continuous-copy", "continuous"} <= set(answers):
+        copy, in_place = results["continuous-copy"], results["continuous"]
+        results["ratio_in_place_tokens_per_s"] = in_place["tokens_per_s"] / copy["tokens_per_s"]
+        results["ratio_in_place_wall"] = copy["wall_s"] / in_place["wall_s"]
+        same = sum(a == b for a, b in zip(answers["continuous-copy"], answers["continuous"], strict=True))
+        results["answers_agree_in_place"] = f"{same}/{len(questions)}"
     return results
 
 
@@ -87,10 +119,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--questions", type=int, default=16, help="held-out synthetic questions (default 16)")
     parser.add_argument("--threads", type=int, default=16, help="concurrent questions (default 16)")
     parser.add_argument("--program", default="opera", help="registered program to evaluate (default opera)")
-    parser.add_argument("--modes", nargs="+", default=["static", "continuous"], choices=["static", "continuous"])
+    parser.add_argument(
+        "--modes", nargs="+", default=["static", "continuous"], choices=["static", "continuous", "continuous-copy"]
+    )
     parser.add_argument("--max-batch-rows", type=int, default=32, help="batcher row cap (default 32)")
     parser.add_argument("--dtype", default="auto", help="model dtype: auto, float32, bfloat16")
     parser.add_argument("--seed", type=int, default=0, help="synthetic world seed (default 0)")
+    parser.add_argument(
+        "--dataset",
+        default="synthetic",
+        choices=["synthetic", *DATA_FILES],
+        help="questions and closed corpus: the synthetic world (default) or a dev subset from ../shared/data",
+    )
     args = parser.parse_args(argv)
     print(f"bench_continuous: {args.program} on {args.questions} questions, {args.threads} threads, modes {args.modes}")
     results = run(args)

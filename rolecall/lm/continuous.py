@@ -170,6 +170,8 @@ class ContinuousStats:
     max_rows: int = 0
     row_steps: int = 0
     prefill_tokens: int = 0
+    in_place_merges: int = 0
+    copied_merges: int = 0
 
     @property
     def batches(self) -> int:
@@ -203,6 +205,8 @@ class ContinuousBatcher(QueueBatcher):
         max_wait_ms: when the loop is idle, how long it waits after the first request for others to join it.
         min_shared_prefix: shortest prompt prefix worth caching and reusing (tokens).
         prefix_cache_mb: memory the prefix cache may take (0 disables it).
+        in_place_merge: write newcomers into the running batch's free rows where they fit, instead of copying the
+            whole batch into new buffers at every admission (False: always copy; kept for benchmarks).
 
     The backend's lock is held for each admission and each decode step, not for a whole completion, so a trainer can
     update an adapter between two steps; rows already decoding then finish with the updated weights.
@@ -216,10 +220,12 @@ class ContinuousBatcher(QueueBatcher):
         max_wait_ms: float = 15.0,
         min_shared_prefix: int = 32,
         prefix_cache_mb: float = 1024.0,
+        in_place_merge: bool = True,
     ) -> None:
         super().__init__(max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms)
         self.backend = backend
         self.min_shared_prefix = min_shared_prefix
+        self.in_place_merge = in_place_merge
         self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20), min_shared=min_shared_prefix)
         self.stats = ContinuousStats()
         self._waiting: list[tuple[GenerationRequest, Future]] = []
@@ -364,17 +370,79 @@ class ContinuousBatcher(QueueBatcher):
             self._cache, self._attention, self._next_pos, self._logits = cache, attention, next_pos, logits
             self._rows, self._live = rows, [True] * len(rows)
             return
+        if self.in_place_merge:
+            try:
+                merged = self._merge_in_place(cache, attention, next_pos, logits, rows)
+            except Exception:  # noqa: BLE001 - it wrote only free slots: the copy still works
+                logger.exception("in-place merge of %d rows failed; merging by copy", len(rows))
+                merged = False
+            if merged:
+                self.stats.in_place_merges += 1
+                return
         # one copy: the running batch's live rows (finished ones leave now) and the newcomers, right-aligned
+        self.stats.copied_merges += 1
         keep = [b for b, live in enumerate(self._live) if live]
         old_attention, start = self._kept_attention(keep)
         width = max(old_attention.shape[1], attention.shape[1])
-        self._cache = assemble_cache([(cache_layers(self._cache), keep, start), (cache_layers(cache), None, 0)])
+        self._cache = assemble_cache(
+            [(cache_layers(self._cache), keep, start), (cache_layers(cache), None, 0)], row_capacity=self.max_batch_rows
+        )
         self._attention = torch.cat([pad_left(old_attention, width, 1), pad_left(attention, width, 1)])
         idx = torch.tensor(keep, device=next_pos.device)
         self._next_pos = torch.cat([self._next_pos.index_select(0, idx), next_pos])
         self._logits = torch.cat([self._logits.index_select(0, idx), logits])
         self._rows = [self._rows[b] for b in keep] + rows
         self._live = [True] * len(self._rows)
+
+    def _merge_in_place(self, cache, attention, next_pos, logits, rows: list[_Row]) -> bool:
+        """Write the newcomers' rows into the running batch's own buffers, into the slots of finished rows first and
+        then into spare rows, copying only the newcomers' keys and values (a merge by copy moves every running row's
+        whole cache, which at 32 rows of 2k-token prompts costs as much as a decode step).
+
+        Returns False, changing nothing, when it cannot: the newcomers are wider than the running batch, there are
+        not enough free slots, or a quarter of the batch's leading columns is attended by nobody (then the merge by
+        copy, which drops them, is due).
+        """
+        width, new_width = self._attention.shape[1], attention.shape[1]
+        layers = self._cache.layers
+        if new_width > width or not all(hasattr(layer, "row_capacity") for layer in layers):
+            return False
+        dead = [b for b, is_live in enumerate(self._live) if not is_live]
+        spare = min(layer.row_capacity for layer in layers) - len(self._rows)
+        if len(rows) > len(dead) + max(spare, 0):
+            return False
+        live = [b for b, is_live in enumerate(self._live) if is_live]
+        used = self._attention.index_select(0, torch.tensor(live, device=self._attention.device)).any(dim=0)
+        first = int(used.nonzero()[0]) if bool(used.any()) else width
+        if 4 * min(first, width - new_width) >= width:
+            return False
+        slots = dead[: len(rows)]
+        slots += range(len(self._rows), len(self._rows) + len(rows) - len(slots))
+        total = max(len(self._rows), slots[-1] + 1)
+        idx = torch.tensor(slots, device=self._attention.device)
+        c0 = width - new_width
+        for layer, (k, v) in zip(layers, cache_layers(cache), strict=True):
+            buf_k, buf_v = layer._buf_k, layer._buf_v
+            if c0:  # spare rows are uninitialised memory: nothing masked may hold a NaN
+                buf_k[idx, :, :c0] = 0
+                buf_v[idx, :, :c0] = 0
+            buf_k[idx, :, c0:width] = k
+            buf_v[idx, :, c0:width] = v
+            layer.adopt(buf_k, buf_v, width, rows=total)
+        grow = total - len(self._rows)
+        if grow:
+            self._attention = torch.cat([self._attention, self._attention.new_zeros((grow, width))])
+            self._next_pos = torch.cat([self._next_pos, self._next_pos.new_zeros(grow)])
+            self._logits = torch.cat([self._logits, self._logits.new_zeros((grow, self._logits.shape[1]))])
+            self._rows += [None] * grow  # type: ignore[list-item]  # filled below
+            self._live += [False] * grow
+        self._attention[idx] = pad_left(attention, width, 1)
+        self._next_pos[idx] = next_pos
+        self._logits[idx] = logits
+        for slot, row in zip(slots, rows, strict=True):
+            self._rows[slot] = row
+            self._live[slot] = True
+        return True
 
     # ------------------------------------------------------------------ decoding
     def _step(self, model) -> list[_Job]:
@@ -446,7 +514,7 @@ class ContinuousBatcher(QueueBatcher):
     def _select(self, keep: list[int]) -> None:
         """Keep only the batch rows ``keep``, and drop cache columns no remaining row attends to (one copy)."""
         self._attention, start = self._kept_attention(keep)
-        self._cache = assemble_cache([(cache_layers(self._cache), keep, start)])
+        self._cache = assemble_cache([(cache_layers(self._cache), keep, start)], row_capacity=self.max_batch_rows)
         idx = torch.tensor(keep, device=self._attention.device)
         self._next_pos = self._next_pos.index_select(0, idx)
         self._logits = self._logits.index_select(0, idx)

@@ -184,35 +184,40 @@ class _GrowableLayer:
             self.lazy_initialization(key_states, value_states)
         held_k, held_v = self.keys, self.values
         n = held_k.shape[-2] if held_k.numel() else 0
-        new = key_states.shape[-2]
+        new, batch = key_states.shape[-2], key_states.shape[0]
         buf_k = getattr(self, "_buf_k", None)
-        # the buffer is still ours unless someone replaced ``keys`` (reorder, crop, select) since the last update
-        fits = (
-            buf_k is not None
-            and held_k is getattr(self, "_view_k", None)
-            and buf_k.shape[0] == key_states.shape[0]
-            and n + new <= buf_k.shape[-2]
-        )
-        if not fits:
-            shape = (*key_states.shape[:2], n + new + self.slack, key_states.shape[-1])
+        # the buffer is still ours unless someone replaced ``keys`` (reorder, crop, select) since the last update; it
+        # may hold spare batch rows beyond ``batch`` (room for rows the continuous batcher admits in place)
+        ours = buf_k is not None and held_k is getattr(self, "_view_k", None)
+        if not (ours and buf_k.shape[0] >= batch and n + new <= buf_k.shape[-2]):
+            rows = max(batch, buf_k.shape[0]) if ours else batch
+            shape = (rows, key_states.shape[1], n + new + self.slack, key_states.shape[-1])
             self._buf_k = key_states.new_empty(shape)
             self._buf_v = value_states.new_empty((*shape[:3], value_states.shape[-1]))
             if n:
-                self._buf_k[:, :, :n] = held_k
-                self._buf_v[:, :, :n] = held_v
-        self._buf_k[:, :, n : n + new] = key_states
-        self._buf_v[:, :, n : n + new] = value_states
-        self.keys = self._view_k = self._buf_k[:, :, : n + new]
-        self.values = self._buf_v[:, :, : n + new]
+                self._buf_k[:batch, :, :n] = held_k
+                self._buf_v[:batch, :, :n] = held_v
+        self._buf_k[:batch, :, n : n + new] = key_states
+        self._buf_v[:batch, :, n : n + new] = value_states
+        self.keys = self._view_k = self._buf_k[:batch, :, : n + new]
+        self.values = self._buf_v[:batch, :, : n + new]
         return self.keys, self.values
 
-    def adopt(self, buf_k: torch.Tensor, buf_v: torch.Tensor, length: int) -> None:
-        """Hold the first ``length`` positions of the given buffers; later updates append into the rest."""
+    def adopt(self, buf_k: torch.Tensor, buf_v: torch.Tensor, length: int, rows: int | None = None) -> None:
+        """Hold the first ``rows`` batch rows (default: all) and ``length`` positions of the given buffers; later
+        updates append into the rest."""
         if not self.is_initialized:
             self.lazy_initialization(buf_k, buf_v)
+        rows = buf_k.shape[0] if rows is None else rows
         self._buf_k, self._buf_v = buf_k, buf_v
-        self.keys = self._view_k = buf_k[:, :, :length]
-        self.values = buf_v[:, :, :length]
+        self.keys = self._view_k = buf_k[:rows, :, :length]
+        self.values = buf_v[:rows, :, :length]
+
+    @property
+    def row_capacity(self) -> int:
+        """Batch rows the buffers hold, used or not (0 before the first update)."""
+        buf_k = getattr(self, "_buf_k", None)
+        return 0 if buf_k is None or self.keys is not getattr(self, "_view_k", None) else buf_k.shape[0]
 
 
 @functools.cache
@@ -356,12 +361,15 @@ def _runs(rows: Sequence[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
-def assemble_cache(parts: Sequence[tuple[Sequence[KV], Sequence[int] | None, int]], extra: int = 0) -> Any:
+def assemble_cache(
+    parts: Sequence[tuple[Sequence[KV], Sequence[int] | None, int]], extra: int = 0, row_capacity: int = 0
+) -> Any:
     """One growable KV cache whose batch rows are the rows of several caches, copied once.
 
     Each part is ``(layers, rows, start)``: its per-layer ``(keys, values)``, the batch rows to keep (None: all) and
     the leading positions to drop. Parts are stacked in order, each right-aligned to the widest and left-padded with
-    zeros, into buffers with room for ``extra`` more positions plus the growable slack. Selecting, trimming, padding
+    zeros, into buffers with room for ``extra`` more positions plus the growable slack, and for ``row_capacity`` batch
+    rows when that is more than the parts hold (spare rows left uninitialised). Selecting, trimming, padding
     and concatenating this way copies each kept key and value once, where ``index_select`` + ``cat`` + a fresh cache
     copied them three times (at 32 rows of 1.5k-token prompts that is a gigabyte per admission).
     """
@@ -373,8 +381,9 @@ def assemble_cache(parts: Sequence[tuple[Sequence[KV], Sequence[int] | None, int
     capacity = width + extra + _GrowableLayer.slack
     for layer in range(len(template)):
         k0, v0 = template[layer]
-        buf_k = k0.new_empty((sum(counts), k0.shape[1], capacity, k0.shape[3]))
-        buf_v = v0.new_empty((sum(counts), v0.shape[1], capacity, v0.shape[3]))
+        total = max(sum(counts), row_capacity)
+        buf_k = k0.new_empty((total, k0.shape[1], capacity, k0.shape[3]))
+        buf_v = v0.new_empty((total, v0.shape[1], capacity, v0.shape[3]))
         r0 = 0
         for (layers, rows, start), w, count in zip(parts, widths, counts, strict=True):
             k, v = layers[layer]
@@ -387,7 +396,7 @@ def assemble_cache(parts: Sequence[tuple[Sequence[KV], Sequence[int] | None, int
                 buf_v[r0 + dst : r0 + dst + n, :, c0:width].copy_(v[src : src + n, :, start:])
             r0 += count
         cache.layers.append(cache.layer_class_to_replicate())
-        cache.layers[-1].adopt(buf_k, buf_v, width)
+        cache.layers[-1].adopt(buf_k, buf_v, width, rows=sum(counts))
     return cache
 
 

@@ -41,9 +41,12 @@ def test_default_backend_batches_continuously(backend):
     assert isinstance(backend.batcher, ContinuousBatcher)
 
 
-def test_staggered_requests_match_their_solo_decodes(backend, tiny_model, smollm_tokenizer):
-    """Requests arriving while others decode (mixed budgets, n samples, seeded sampling) get their solo outputs."""
+@pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "copy"])
+def test_staggered_requests_match_their_solo_decodes(backend, tiny_model, smollm_tokenizer, in_place):
+    """Requests arriving while others decode (mixed budgets, n samples, seeded sampling) get their solo outputs, whether
+    newcomers are written into the running batch's free rows or the batch is copied at every admission."""
     tok = smollm_tokenizer
+    backend.batcher.in_place_merge = in_place
     reqs = [
         GenerationRequest(_prompt(tok, QUESTIONS[0]), max_tokens=20),
         GenerationRequest(_prompt(tok, QUESTIONS[1]), max_tokens=5),
@@ -66,6 +69,8 @@ def test_staggered_requests_match_their_solo_decodes(backend, tiny_model, smollm
     stats = backend.batcher.stats
     assert stats.requests == len(reqs)
     assert stats.rows == 1 + 1 + 3 + 2
+    if not in_place:
+        assert stats.in_place_merges == 0
 
 
 def test_a_request_joins_a_running_decode(backend, smollm_tokenizer):
@@ -82,6 +87,41 @@ def test_a_request_joins_a_running_decode(backend, smollm_tokenizer):
     assert len(long_fut.result(timeout=300)[0].token_ids) <= 150
     assert backend.batcher.stats.admissions == 2
     assert backend.batcher.stats.max_rows == 2
+
+
+def test_newcomers_are_written_in_place_into_free_slots(tiny_model, smollm_tokenizer):
+    """Short requests that arrive while a long-prompt request decodes are written into the running batch's own buffers
+    (finished rows' slots, then spare rows) instead of copying the whole batch, and still get their solo outputs."""
+    tok = smollm_tokenizer
+    backend = ModelBackend(tiny_model, tokenizer=smollm_tokenizer, batching="continuous", max_batch_rows=4)
+    long_prompt = _prompt(tok, "Tell me everything about Tavrimo. " * 12)
+    long_req = GenerationRequest(long_prompt, max_tokens=60, stop=("\x00never",))
+    short = [
+        GenerationRequest(
+            _prompt(tok, QUESTIONS[i % 4], system=None),
+            max_tokens=3 + i % 5,
+            n=1 + (i == 3),
+            temperature=0.8 if i == 3 else 0.0,
+            seed=i,
+        )
+        for i in range(9)
+    ]
+    expected = [_alone(tiny_model, tok, r) for r in [long_req, *short]]
+    try:
+        long_fut = backend.batcher.submit(long_req)
+        while backend.batcher.stats.steps < 3:
+            time.sleep(0.005)
+        outs = []
+        for req in short:  # one after another: each joins the running decode, mostly into a finished row's slot
+            outs.append([c.token_ids for c in backend.batcher.generate(req)])
+        outs.insert(0, [c.token_ids for c in long_fut.result(timeout=300)])
+        stats = backend.batcher.stats
+    finally:
+        backend.batcher.close()
+    assert outs == expected
+    assert stats.in_place_merges >= 5, stats
+    assert stats.copied_merges <= 2, stats
+    assert stats.max_rows <= 4
 
 
 def test_prefix_cache_is_reused_across_batches(backend, tiny_model, smollm_tokenizer):
