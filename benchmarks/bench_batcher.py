@@ -13,6 +13,9 @@
    fresh cache (three copies).
 3. ``base_pass``: one decode step of ``--rows`` rows on the embedded model carrying untrained role adapters, all rows
    on the base model: LoRA layers switched off for the pass against PEFT's ``adapter_names`` hooks.
+4. ``rowwise``: one decode step of ``--rows`` rows of uneven lengths (uniform from a quarter of ``--context`` to 1.8
+   times it, right-aligned as the batchers keep them) on the embedded model: the row-wise decode attention
+   (:mod:`rolecall.lm.attention`, each row over its own columns) against transformers' SDPA over the padded width.
 
 Timed variants alternate (``--rounds`` each) and the medians are compared. Writes
 ``benchmarks/results/bench_batcher.json``.
@@ -31,7 +34,7 @@ import torch
 
 from _common import bench_parser, write_results
 
-PARTS = ("prefix", "merge", "base_pass")
+PARTS = ("prefix", "merge", "base_pass", "rowwise")
 
 
 # ---------------------------------------------------------------------------------------------------------- prefix
@@ -233,11 +236,55 @@ def bench_base_pass(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+# ---------------------------------------------------------------------------------------------------------- rowwise
+def bench_rowwise(args: argparse.Namespace) -> dict[str, Any]:
+    from rolecall.lm import LocalLM
+    from rolecall.lm import generation as gen
+    from rolecall.lm.attention import use_rowwise_attention
+
+    lm = LocalLM(batching="static")
+    model, tokenizer = lm.backend.model, lm.backend.tokenizer
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(args.context // 4, args.context * 9 // 5 + 1, (args.rows,), generator=g).tolist()
+    prompts = [torch.randint(100, 30000, (n,), generator=g).tolist() for n in lengths]
+    adapters = [gen.BASE_ADAPTER] * args.rows
+    cache_kw = gen._cache_kwarg(model)
+    times: dict[str, list[float]] = {"sdpa": [], "rowwise": []}
+    logits: dict[str, torch.Tensor] = {}
+    try:
+        with torch.inference_mode():
+            requests = [gen.GenerationRequest(p) for p in prompts]
+            cache, attention, pos, _ = gen.prefill(
+                model, tokenizer, requests, adapters, [None] * args.rows, cache_kw, "cpu"
+            )
+            for _ in range(args.rounds):
+                for name in ("sdpa", "rowwise"):
+                    use_rowwise_attention(model, enabled=name == "rowwise")
+                    step(model, cache, attention, pos, adapters, cache_kw)  # warm-up
+                    t0 = time.perf_counter()
+                    for _ in range(args.steps):
+                        out = step(model, cache, attention, pos, adapters, cache_kw)
+                    times[name].append((time.perf_counter() - t0) / args.steps)
+                    logits[name] = out
+    finally:
+        use_rowwise_attention(model)
+    result: dict[str, Any] = {
+        k: {"ms_per_step": 1000 * statistics.median(v), "rounds_ms": [1000 * x for x in v]} for k, v in times.items()
+    }
+    result["ratio"] = result["sdpa"]["ms_per_step"] / result["rowwise"]["ms_per_step"]
+    result["attended_fraction"] = sum(lengths) / (len(lengths) * max(lengths))
+    # bf16 sums in another order differ in the last bits (as a row decoded alone differs from it in a batch); the
+    # fp32 agreement is asserted in tests/lm/test_attention.py
+    result["max_abs_logit_diff"] = float((logits["sdpa"].float() - logits["rowwise"].float()).abs().max())
+    result["argmax_agree"] = float((logits["sdpa"].argmax(-1) == logits["rowwise"].argmax(-1)).float().mean())
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = bench_parser(__doc__, "bench_batcher")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, from {', '.join(PARTS)}")
     parser.add_argument("--questions", type=int, default=8, help="questions per role for prefix (default 8)")
-    parser.add_argument("--rows", type=int, default=16, help="batch rows for merge and base_pass (default 16)")
+    parser.add_argument("--rows", type=int, default=16, help="batch rows for merge, base_pass and rowwise (default 16)")
     parser.add_argument("--context", type=int, default=1500, help="cached tokens per row (default 1500)")
     parser.add_argument("--steps", type=int, default=8, help="timed decode steps per round (default 8)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per variant (default 3)")
@@ -268,6 +315,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(
             f"  PEFT hooks {r['peft_hooks']['ms_per_step']:6.0f} ms   base pass {r['base_pass']['ms_per_step']:6.0f} ms"
             f"   = {r['ratio']:.2f}x  (logits agree: {r['logits_agree']})"
+        )
+    if "rowwise" in parts:
+        r = results["rowwise"] = bench_rowwise(args)
+        print(
+            f"decode step, {args.rows} rows of {args.context // 4}-{args.context * 9 // 5} tokens "
+            f"({r['attended_fraction']:.0%} of the padded width attended):"
+        )
+        print(
+            f"  SDPA {r['sdpa']['ms_per_step']:6.0f} ms   row-wise {r['rowwise']['ms_per_step']:6.0f} ms"
+            f"   = {r['ratio']:.2f}x  (max |logit diff| {r['max_abs_logit_diff']:.3g}, "
+            f"same argmax in {r['argmax_agree']:.0%} of rows)"
         )
     print(f"wrote {write_results(results, args)}")
 

@@ -13,12 +13,21 @@ It prints wall time, completion tokens per second and EM of each run, the contin
 (target > 1.5 on a 2-core CPU), how many answers agree between the runs (greedy decoding: they should, up to
 floating-point ties), and writes ``benchmarks/results/bench_continuous.json``.
 
-A third mode, ``continuous-copy``, is the continuous batcher as it was before newcomers were written in place into
-the running batch's free rows: every admission copied every running row's cache. On long prompts (a real dataset's
-closed corpus) that copy is a large share of the time::
+Two more modes each take one later improvement out of the continuous batcher, to measure it against the default:
 
-    .venv/bin/python benchmarks/bench_continuous.py --modes continuous-copy continuous --dataset hotpotqa \
-        --program ircot --questions 24 --threads 32 --out benchmarks/results/bench_continuous_inplace.json
+- ``continuous-copy``: every admission copies every running row's cache, as before newcomers were written in place
+  into the running batch's free rows;
+- ``continuous-sdpa``: decode steps attend over the whole padded batch width with transformers' SDPA, as before
+  the row-wise decode attention (:mod:`rolecall.lm.attention`).
+
+Both costs grow with the prompts, so measure them on a real dataset's closed corpus::
+
+    .venv/bin/python benchmarks/bench_continuous.py --modes continuous-copy continuous --dataset hotpotqa \\
+        --program ircot --questions 32 --threads 32 --out benchmarks/results/bench_continuous_inplace.json
+    .venv/bin/python benchmarks/bench_continuous.py --modes continuous-sdpa continuous --dataset hotpotqa \\
+        --program ircot --questions 32 --threads 32 --out benchmarks/results/bench_continuous_rowwise.json
+
+Each ratio is the default ``continuous`` mode against another mode run in the same process.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from rolecall.data.corpus import DEV_SUBSET_FILES, build_corpus, dev_subset_path
 from rolecall.data.synthetic import synthetic_world
 from rolecall.evaluation import evaluate
 from rolecall.lm import LocalLM
+from rolecall.lm.attention import use_rowwise_attention
 from rolecall.programs.registry import build_program
 from rolecall.retrievers.bm25 import BM25
 
@@ -42,6 +52,8 @@ from _common import bench_parser, write_results
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DATA_FILES: dict[str, Path] = {name: dev_subset_path(name, SHARED_DATA) for name in DEV_SUBSET_FILES}
+# the modes compared with the default "continuous", and the suffix of their ratio keys in the results
+RATIO_KEYS = {"static": "", "continuous-copy": "_in_place", "continuous-sdpa": "_rowwise"}
 
 
 def load_questions(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
@@ -62,10 +74,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"questions": len(questions), "program": args.program}
     answers: dict[str, list[str]] = {}
     for mode in args.modes:
-        batching = "continuous" if mode == "continuous-copy" else mode
+        batching = "static" if mode == "static" else "continuous"
         lm = LocalLM(dtype=args.dtype, cache=False, batching=batching, max_batch_rows=args.max_batch_rows)
         if mode == "continuous-copy":
             lm.backend.batcher.in_place_merge = False
+        if mode == "continuous-sdpa":
+            use_rowwise_attention(lm.backend.model, enabled=False)
         program = build_program(args.program, retriever=retriever, lm=lm)
         with dspy.context(lm=lm):
             lm(messages=[{"role": "user", "content": "Hello"}], max_tokens=4)  # warm-up: kernels, first allocation
@@ -100,17 +114,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"  {mode:<10} {wall:7.1f} s  {tokens:6d} tokens  {tokens / wall:6.1f} tok/s  EM {s['em']:.3f}", flush=True
         )
         lm.backend.batcher.close()
-    if {"static", "continuous"} <= set(answers):
-        results["ratio_tokens_per_s"] = results["continuous"]["tokens_per_s"] / results["static"]["tokens_per_s"]
-        results["ratio_wall"] = results["static"]["wall_s"] / results["continuous"]["wall_s"]
-        same = sum(a == b for a, b in zip(answers["static"], answers["continuous"], strict=True))
-        results["answers_agree"] = f"{same}/{len(questions)}"
-    if {"continuous-copy", "continuous"} <= set(answers):
-        copy, in_place = results["continuous-copy"], results["continuous"]
-        results["ratio_in_place_tokens_per_s"] = in_place["tokens_per_s"] / copy["tokens_per_s"]
-        results["ratio_in_place_wall"] = copy["wall_s"] / in_place["wall_s"]
-        same = sum(a == b for a, b in zip(answers["continuous-copy"], answers["continuous"], strict=True))
-        results["answers_agree_in_place"] = f"{same}/{len(questions)}"
+    for mode, suffix in RATIO_KEYS.items():
+        if mode in answers and "continuous" in answers:
+            base, default = results[mode], results["continuous"]
+            results[f"ratio{suffix}_tokens_per_s"] = default["tokens_per_s"] / base["tokens_per_s"]
+            results[f"ratio{suffix}_wall"] = base["wall_s"] / default["wall_s"]
+            same = sum(a == b for a, b in zip(answers[mode], answers["continuous"], strict=True))
+            results[f"answers_agree{suffix}"] = f"{same}/{len(questions)}"
     return results
 
 
@@ -119,9 +129,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--questions", type=int, default=16, help="held-out synthetic questions (default 16)")
     parser.add_argument("--threads", type=int, default=16, help="concurrent questions (default 16)")
     parser.add_argument("--program", default="opera", help="registered program to evaluate (default opera)")
-    parser.add_argument(
-        "--modes", nargs="+", default=["static", "continuous"], choices=["static", "continuous", "continuous-copy"]
-    )
+    parser.add_argument("--modes", nargs="+", default=["static", "continuous"], choices=["continuous", *RATIO_KEYS])
     parser.add_argument("--max-batch-rows", type=int, default=32, help="batcher row cap (default 32)")
     parser.add_argument("--dtype", default="auto", help="model dtype: auto, float32, bfloat16")
     parser.add_argument("--seed", type=int, default=0, help="synthetic world seed (default 0)")

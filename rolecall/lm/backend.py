@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from rolecall.errors import ConfigError, ModelLoadError
+from rolecall.lm.attention import use_rowwise_attention
 from rolecall.lm.batching import RequestBatcher
 from rolecall.lm.continuous import ContinuousBatcher
 from rolecall.lm.embedded import resolve_model_path
@@ -86,8 +87,12 @@ class ModelBackend:
             prefixes stay cached across batches; :class:`~rolecall.lm.continuous.ContinuousBatcher`) or ``"static"``
             (each batch decodes until its longest request is done; :class:`~rolecall.lm.batching.RequestBatcher`).
         prefix_cache_mb: memory the continuous batcher's prompt-prefix cache may take.
+        rowwise_attention: decode padded batches with :func:`~rolecall.lm.attention.rowwise_sdpa_forward` (default:
+            on the CPU only, where it skips the work on each row's padding; it changes no output).
 
-    On the CPU it applies :func:`rolecall.lm.memory.limit_heap_fragmentation` (``ROLECALL_MALLOC_TUNE``: by default the
+    On the CPU a model on SDPA attention decodes padded batches row by row (:mod:`rolecall.lm.attention`; set
+    ``rowwise_attention=False`` to keep transformers' batched SDPA), and it applies
+    :func:`rolecall.lm.memory.limit_heap_fragmentation` (``ROLECALL_MALLOC_TUNE``: by default the
     batcher hands freed heap pages back to the system every 2 s; ``heap_trimmer`` is None when it does not).
     """
 
@@ -103,6 +108,7 @@ class ModelBackend:
         max_wait_ms: float = 15.0,
         batching: str = "continuous",
         prefix_cache_mb: float = 1024.0,
+        rowwise_attention: bool | None = None,
     ) -> None:
         if batching not in ("continuous", "static"):
             raise ConfigError(f"batching must be 'continuous' or 'static', got {batching!r}")
@@ -119,6 +125,8 @@ class ModelBackend:
             self.name = getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__
             self.model, self.tokenizer = model.to(self.device), tokenizer
         self.model.eval()
+        if rowwise_attention or (rowwise_attention is None and self.device.type == "cpu"):
+            use_rowwise_attention(self.model)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.lora_config = lora_config
