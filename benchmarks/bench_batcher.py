@@ -27,7 +27,7 @@ import argparse
 import contextlib
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -196,6 +196,39 @@ def step(model: Any, cache: Any, attention: torch.Tensor, pos: torch.Tensor, ada
     return logits
 
 
+def time_decode_steps(
+    lm: Any, prompts: Sequence[list[int]], variants: Sequence[tuple[str, Callable[[], None]]], args: argparse.Namespace
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Prefill ``prompts`` once on the base model, then time ``args.steps`` decode steps under each variant (a function
+    that switches the model to it), the variants alternating ``args.rounds`` times. Returns each variant's median and
+    per-round milliseconds per step, and its last step's logits."""
+    from rolecall.lm import generation as gen
+
+    model, tokenizer = lm.backend.model, lm.backend.tokenizer
+    adapters = [gen.BASE_ADAPTER] * len(prompts)
+    cache_kw = gen._cache_kwarg(model)
+    times: dict[str, list[float]] = {name: [] for name, _ in variants}
+    logits: dict[str, torch.Tensor] = {}
+    with torch.inference_mode():
+        requests = [gen.GenerationRequest(list(p)) for p in prompts]
+        cache, attention, pos, _ = gen.prefill(
+            model, tokenizer, requests, adapters, [None] * len(prompts), cache_kw, "cpu"
+        )
+        for _ in range(args.rounds):
+            for name, switch in variants:
+                switch()
+                step(model, cache, attention, pos, adapters, cache_kw)  # warm-up
+                t0 = time.perf_counter()
+                for _ in range(args.steps):
+                    out = step(model, cache, attention, pos, adapters, cache_kw)
+                times[name].append((time.perf_counter() - t0) / args.steps)
+                logits[name] = out
+    result = {
+        k: {"ms_per_step": 1000 * statistics.median(v), "rounds_ms": [1000 * x for x in v]} for k, v in times.items()
+    }
+    return result, logits
+
+
 def bench_base_pass(args: argparse.Namespace) -> dict[str, Any]:
     from rolecall.lm import LocalLM
     from rolecall.lm import generation as gen
@@ -203,34 +236,19 @@ def bench_base_pass(args: argparse.Namespace) -> dict[str, Any]:
     lm = LocalLM(batching="static")
     for role in ("plan", "analysis", "rewrite", "answer"):  # untrained role adapters, as a program binds them
         lm.for_role(role)
-    model, tokenizer = lm.backend.model, lm.backend.tokenizer
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(100, 30000, (args.rows, args.context), generator=g).tolist()
-    adapters = [gen.BASE_ADAPTER] * args.rows
-    cache_kw = gen._cache_kwarg(model)
-    times: dict[str, list[float]] = {"peft_hooks": [], "base_pass": []}
-    logits: dict[str, torch.Tensor] = {}
     original = gen._adapter_pass
+
+    def use(ctx: Callable) -> Callable[[], None]:
+        return lambda: setattr(gen, "_adapter_pass", ctx)
+
     try:
-        with torch.inference_mode():
-            requests = [gen.GenerationRequest(p) for p in prompts]
-            cache, attention, pos, _ = gen.prefill(
-                model, tokenizer, requests, adapters, [None] * args.rows, cache_kw, "cpu"
-            )
-            for _ in range(args.rounds):
-                for name, ctx in (("peft_hooks", peft_hooks), ("base_pass", original)):
-                    gen._adapter_pass = ctx
-                    step(model, cache, attention, pos, adapters, cache_kw)  # warm-up
-                    t0 = time.perf_counter()
-                    for _ in range(args.steps):
-                        out = step(model, cache, attention, pos, adapters, cache_kw)
-                    times[name].append((time.perf_counter() - t0) / args.steps)
-                    logits[name] = out
+        result, logits = time_decode_steps(
+            lm, prompts, [("peft_hooks", use(peft_hooks)), ("base_pass", use(original))], args
+        )
     finally:
         gen._adapter_pass = original
-    result = {
-        k: {"ms_per_step": 1000 * statistics.median(v), "rounds_ms": [1000 * x for x in v]} for k, v in times.items()
-    }
     result["ratio"] = result["peft_hooks"]["ms_per_step"] / result["base_pass"]["ms_per_step"]
     result["logits_agree"] = bool(torch.allclose(logits["peft_hooks"], logits["base_pass"], atol=1e-2, rtol=1e-2))
     return result
@@ -239,38 +257,21 @@ def bench_base_pass(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------------- rowwise
 def bench_rowwise(args: argparse.Namespace) -> dict[str, Any]:
     from rolecall.lm import LocalLM
-    from rolecall.lm import generation as gen
     from rolecall.lm.attention import use_rowwise_attention
 
     lm = LocalLM(batching="static")
-    model, tokenizer = lm.backend.model, lm.backend.tokenizer
+    model = lm.backend.model
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(args.context // 4, args.context * 9 // 5 + 1, (args.rows,), generator=g).tolist()
     prompts = [torch.randint(100, 30000, (n,), generator=g).tolist() for n in lengths]
-    adapters = [gen.BASE_ADAPTER] * args.rows
-    cache_kw = gen._cache_kwarg(model)
-    times: dict[str, list[float]] = {"sdpa": [], "rowwise": []}
-    logits: dict[str, torch.Tensor] = {}
+    variants = [
+        ("sdpa", lambda: use_rowwise_attention(model, enabled=False)),
+        ("rowwise", lambda: use_rowwise_attention(model)),
+    ]
     try:
-        with torch.inference_mode():
-            requests = [gen.GenerationRequest(p) for p in prompts]
-            cache, attention, pos, _ = gen.prefill(
-                model, tokenizer, requests, adapters, [None] * args.rows, cache_kw, "cpu"
-            )
-            for _ in range(args.rounds):
-                for name in ("sdpa", "rowwise"):
-                    use_rowwise_attention(model, enabled=name == "rowwise")
-                    step(model, cache, attention, pos, adapters, cache_kw)  # warm-up
-                    t0 = time.perf_counter()
-                    for _ in range(args.steps):
-                        out = step(model, cache, attention, pos, adapters, cache_kw)
-                    times[name].append((time.perf_counter() - t0) / args.steps)
-                    logits[name] = out
+        result, logits = time_decode_steps(lm, prompts, variants, args)
     finally:
         use_rowwise_attention(model)
-    result: dict[str, Any] = {
-        k: {"ms_per_step": 1000 * statistics.median(v), "rounds_ms": [1000 * x for x in v]} for k, v in times.items()
-    }
     result["ratio"] = result["sdpa"]["ms_per_step"] / result["rowwise"]["ms_per_step"]
     result["attended_fraction"] = sum(lengths) / (len(lengths) * max(lengths))
     # bf16 sums in another order differ in the last bits (as a row decoded alone differs from it in a batch); the
