@@ -201,33 +201,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rolecall.retrievers.bm25 import BM25
 
         lm = LocalLM()
-        print_lock = threading.Lock()  # programs finish on worker threads: one line each, never interleaved
+        loaded: dict[str, tuple[list[Any], Any]] = {}
         for dataset in datasets:
-            loaded = load_dataset_with_corpus(dataset, args.limit)
-            if loaded is None:
+            found = load_dataset_with_corpus(dataset, args.limit)
+            if found is None:
                 print(f"skipping {dataset}: {DATA_FILES[dataset]} not found (../shared/data beside the checkout)")
                 continue
-            examples, corpus = loaded
-            retriever = BM25(corpus, default_k=args.k)
+            examples, corpus = found
+            loaded[dataset] = (examples, BM25(corpus, default_k=args.k))
             print(f"{dataset}: {len(examples)} questions, closed corpus of {len(corpus)} passages", flush=True)
-            start = time.perf_counter()
+        print_lock = threading.Lock()  # programs finish on worker threads: one line each, never interleaved
+        start = time.perf_counter()
 
-            def one(
-                name: str,
-                dataset: str = dataset,
-                examples: list[Any] = examples,
-                retriever: Any = retriever,
-                start: float = start,
-            ) -> None:
-                row = run_one(name, dataset, examples, retriever, lm, args)
-                with print_lock:
-                    print(
-                        f"  {name:<20} EM {row['em']:.3f}  F1 {row['f1']:.3f}  success {row['success_rate']:.2f}  "
-                        f"(done at {time.perf_counter() - start:.0f} s)",
-                        flush=True,
-                    )
+        def one(job: tuple[str, str]) -> None:
+            dataset, name = job
+            examples, retriever = loaded[dataset]
+            row = run_one(name, dataset, examples, retriever, lm, args)
+            with print_lock:
+                print(
+                    f"  {dataset:<9} {name:<20} EM {row['em']:.3f}  F1 {row['f1']:.3f}  "
+                    f"success {row['success_rate']:.2f}  (done at {time.perf_counter() - start:.0f} s)",
+                    flush=True,
+                )
 
-            parallel_map(one, names, max_workers=args.concurrent_programs)
+        # one queue over every (dataset, program): the next dataset's programs start while the last of a dataset
+        # finish, so the shared batches stay full to the end
+        parallel_map(one, [(d, n) for d in loaded for n in names], max_workers=args.concurrent_programs)
     rows = [r for r in saved_rows(args.out) if r["program"] in names and r["dataset"] in datasets]
     if not rows:
         print("no finished runs to report", file=sys.stderr)
