@@ -88,7 +88,7 @@ class ModelBackend:
             (each batch decodes until its longest request is done; :class:`~rolecall.lm.batching.RequestBatcher`).
         prefix_cache_mb: memory the continuous batcher's prompt-prefix cache may take.
         rowwise_attention: decode padded batches with :func:`~rolecall.lm.attention.rowwise_sdpa_forward` (default:
-            on the CPU only, where it skips the work on each row's padding; it changes no output).
+            on the CPU only, where it skips the work on each row's padding; outputs agree up to float rounding).
 
     On the CPU a model on SDPA attention decodes padded batches row by row (:mod:`rolecall.lm.attention`; set
     ``rowwise_attention=False`` to keep transformers' batched SDPA), and it applies
