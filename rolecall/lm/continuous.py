@@ -411,9 +411,7 @@ class ContinuousBatcher(QueueBatcher):
         spare = min(layer.row_capacity for layer in layers) - len(self._rows)
         if len(rows) > len(dead) + max(spare, 0):
             return False
-        live = [b for b, is_live in enumerate(self._live) if is_live]
-        used = self._attention.index_select(0, torch.tensor(live, device=self._attention.device)).any(dim=0)
-        first = int(used.nonzero()[0]) if bool(used.any()) else width
+        _, first = self._kept_attention([b for b, is_live in enumerate(self._live) if is_live])
         if 4 * min(first, width - new_width) >= width:
             return False
         slots = dead[: len(rows)]
