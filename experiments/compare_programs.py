@@ -98,6 +98,7 @@ def row_of(program_name: str, dataset: str, summary: dict[str, Any]) -> dict[str
             row[key] = (summary.get("prompt_tokens") or 0) + (summary.get("completion_tokens") or 0)
         else:
             row[key] = summary.get(key)
+    row["em_ci"] = [summary.get("em/ci_low"), summary.get("em/ci_high")]
     row["parse_rates"] = {k.split("/", 1)[1]: v for k, v in summary.items() if k.startswith("parse_rate/")}
     return row
 
@@ -112,16 +113,43 @@ def saved_rows(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _ci_cell(ci: Sequence[float | None] | None) -> str:
+    if not ci or any(v is None for v in ci):
+        return "-"
+    return f"{ci[0]:.2f}–{ci[1]:.2f}"
+
+
+def setup_note(args: Any) -> str:
+    """The paragraph above the tables: what was run, and how to read the columns."""
+    return (
+        "# rolecall programs with the embedded model\n\n"
+        f"SmolLM2-135M-Instruct (embedded, untrained), one closed-corpus BM25 index per dataset (default k={args.k}), "
+        f"the first {args.limit} questions of each dataset. Up to {args.threads} questions per program and "
+        f"{args.concurrent_programs} programs ran at once, their LM calls sharing the continuous batcher, so "
+        "*latency s* is the wall time of one question under that shared load: compare it within a table, not with a "
+        "single-question run. *EM 95% CI* is a bootstrap interval over questions: with this few questions, "
+        "a gap between two programs that is small beside these intervals is noise. *steps*, *LM calls* and *tokens* "
+        "(prompt + completion) are means per question; *success* is the share of questions that ended with a "
+        "non-empty answer and no exception; *raised* "
+        "counts questions whose program raised (recorded and scored as wrong, never dropped).\n\n"
+        "Rebuild the report: `.venv/bin/python experiments/compare_programs.py --report-only`; "
+        "rerun from scratch: add `--fresh`.\n"
+    )
+
+
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """Markdown tables, one per dataset, programs sorted by EM."""
     parts = []
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
         subset = sorted((r for r in rows if r["dataset"] == dataset), key=lambda r: -(r["em"] or 0.0))
         parts.append(f"### {dataset} ({subset[0]['n']} questions)\n")
-        parts.append("| program | " + " | ".join(h for _, h, _ in COLUMNS) + " |")
-        parts.append("|---|" + "---:|" * len(COLUMNS))
+        headers = [h for _, h, _ in COLUMNS]
+        headers.insert(1, "EM 95% CI")
+        parts.append("| program | " + " | ".join(headers) + " |")
+        parts.append("|---|" + "---:|" * len(headers))
         for r in subset:
             cells = [fmt.format(r[k]) if r.get(k) is not None else "-" for k, _, fmt in COLUMNS]
+            cells.insert(1, _ci_cell(r.get("em_ci")))
             parts.append(f"| {r['program']} | " + " | ".join(cells) + " |")
         parts.append("")
     return "\n".join(parts)
@@ -155,16 +183,18 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(rows: Sequence[dict[str, Any]], out: Path) -> None:
-    """Write the markdown table, JSON, CSV and bar chart under ``out``."""
+def write_report(rows: Sequence[dict[str, Any]], out: Path, note: str = "") -> None:
+    """Write the markdown table (led by ``note``), JSON, CSV and bar chart under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare_programs.md").write_text(format_table(rows))
+    (out / "compare_programs.md").write_text(f"{note}\n{format_table(rows)}" if note else format_table(rows))
     (out / "compare_programs.json").write_text(json.dumps(list(rows), indent=2))
     with (out / "compare_programs.csv").open("w", newline="") as f:
-        keys = ["program", "dataset", "n", *[k for k, _, _ in COLUMNS]]
+        keys = ["program", "dataset", "n", *[k for k, _, _ in COLUMNS], "em_ci_low", "em_ci_high"]
         writer = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(rows)
+        for r in rows:
+            low, high = r.get("em_ci") or (None, None)
+            writer.writerow({**r, "em_ci_low": low, "em_ci_high": high})
     plot(rows, out / "compare_programs.png")
 
 
@@ -231,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not rows:
         print("no finished runs to report", file=sys.stderr)
         return 1
-    write_report(rows, args.out)
+    write_report(rows, args.out, note=setup_note(args))
     print(format_table(rows))
     print(f"wrote {args.out / 'compare_programs.md'} and {args.out / 'compare_programs.png'}")
     return 0

@@ -41,11 +41,15 @@ def test_runs_resume_and_report(compare, tmp_path):
         ("synthetic", "single_step_rag"),
         ("synthetic", "no_retrieval_cot"),
     }
-    compare.write_report(rows, tmp_path)
+    assert all(r["em_ci"][0] <= r["em"] <= r["em_ci"][1] for r in rows)
+    note_args = argparse.Namespace(k=5, limit=3, threads=2, concurrent_programs=4)
+    compare.write_report(rows, tmp_path, note=compare.setup_note(note_args))
     table = (tmp_path / "compare_programs.md").read_text()
-    assert "| single_step_rag |" in table and "cover-EM" in table and "success" in table
+    assert table.startswith("# rolecall programs") and "first 3 questions" in table
+    assert "| single_step_rag |" in table and "cover-EM" in table and "success" in table and "EM 95% CI" in table
     assert (tmp_path / "compare_programs.png").stat().st_size > 1000
-    assert (tmp_path / "compare_programs.csv").read_text().startswith("program,dataset,n,em,f1")
+    csv_text = (tmp_path / "compare_programs.csv").read_text()
+    assert csv_text.startswith("program,dataset,n,em,f1") and csv_text.splitlines()[0].endswith("em_ci_low,em_ci_high")
 
 
 def test_missing_real_dataset_is_skipped(compare, monkeypatch, tmp_path):
