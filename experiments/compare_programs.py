@@ -113,6 +113,12 @@ def saved_rows(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def dataset_order(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The datasets present in ``rows``, in ``DATASETS`` order (synthetic first), any others after them."""
+    seen = list(dict.fromkeys(r["dataset"] for r in rows))
+    return [d for d in DATASETS if d in seen] + [d for d in seen if d not in DATASETS]
+
+
 def _ci_cell(ci: Sequence[float | None] | None) -> str:
     if not ci or any(v is None for v in ci):
         return "-"
@@ -140,7 +146,7 @@ def setup_note(args: Any) -> str:
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """Markdown tables, one per dataset, programs sorted by EM."""
     parts = []
-    for dataset in dict.fromkeys(r["dataset"] for r in rows):
+    for dataset in dataset_order(rows):
         subset = sorted((r for r in rows if r["dataset"] == dataset), key=lambda r: -(r["em"] or 0.0))
         parts.append(f"### {dataset} ({subset[0]['n']} questions)\n")
         headers = [h for _, h, _ in COLUMNS]
@@ -156,30 +162,32 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    """Grouped bars: EM (top) and F1 (bottom) per program, one group per dataset."""
+    """Grouped bars: EM (top) and F1 (bottom) per program, one group per dataset, one distinct colour per program."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    datasets = dataset_order(rows)
     programs = sorted(dict.fromkeys(r["program"] for r in rows))
     by = {(r["dataset"], r["program"]): r for r in rows}
+    palette = plt.get_cmap("tab20" if len(programs) > 10 else "tab10")
     width = 0.8 / max(len(programs), 1)
-    fig, axes = plt.subplots(2, 1, figsize=(max(6.0, 1.6 * len(datasets) * max(len(programs), 4) / 4), 7), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(max(7.0, 1.6 * len(datasets) * max(len(programs), 4) / 4), 7), sharex=True)
     for ax, metric in zip(axes, ("em", "f1"), strict=True):
         for j, name in enumerate(programs):
             xs = [i + (j - (len(programs) - 1) / 2) * width for i in range(len(datasets))]
             ys = [(by.get((d, name)) or {}).get(metric) or 0.0 for d in datasets]
-            ax.bar(xs, ys, width=width, label=name)
+            ax.bar(xs, ys, width=width, label=name, color=palette(j % palette.N))
         ax.set_ylabel(metric.upper())
         ax.set_ylim(0, max(0.05, *(r[metric] or 0.0 for r in rows)) * 1.15)
         ax.grid(axis="y", alpha=0.3)
     axes[1].set_xticks(range(len(datasets)), datasets)
-    axes[0].legend(ncol=min(4, len(programs)), fontsize=8, loc="upper right")
     axes[0].set_title("rolecall programs with the embedded SmolLM2-135M (BM25, closed corpus)")
+    # the legend sits right of the axes, so it never hides a bar
+    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
