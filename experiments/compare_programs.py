@@ -125,8 +125,27 @@ def _ci_cell(ci: Sequence[float | None] | None) -> str:
     return f"{ci[0]:.2f}–{ci[1]:.2f}"
 
 
+RUN_SETTINGS = ("k", "limit", "threads", "concurrent_programs")
+
+
+def run_settings(args: Any) -> argparse.Namespace:
+    """The settings the saved runs were made with: ``OUT/runs/settings.json`` when a run wrote it, else ``args``.
+
+    A ``--report-only`` call with other flags must not misstate how the saved records were produced.
+    """
+    saved = args.out / "runs" / "settings.json"
+    values = {name: getattr(args, name) for name in RUN_SETTINGS}
+    if saved.is_file():
+        try:
+            values.update({k: v for k, v in json.loads(saved.read_text()).items() if k in RUN_SETTINGS})
+        except (json.JSONDecodeError, AttributeError):
+            logger.warning("ignoring unreadable %s; the report states this command's settings", saved)
+    return argparse.Namespace(**values)
+
+
 def setup_note(args: Any) -> str:
-    """The paragraph above the tables: what was run, and how to read the columns."""
+    """The paragraph above the tables: what was run (``k``, ``limit``, ``threads``, ``concurrent_programs`` of
+    ``args``), and how to read the columns."""
     return (
         "# rolecall programs with the embedded model\n\n"
         f"SmolLM2-135M-Instruct (embedded, untrained), one closed-corpus BM25 index per dataset (default k={args.k}), "
@@ -248,6 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             examples, corpus = found
             loaded[dataset] = (examples, BM25(corpus, default_k=args.k))
             print(f"{dataset}: {len(examples)} questions, closed corpus of {len(corpus)} passages", flush=True)
+        (args.out / "runs").mkdir(parents=True, exist_ok=True)
+        (args.out / "runs" / "settings.json").write_text(json.dumps({n: getattr(args, n) for n in RUN_SETTINGS}))
         print_lock = threading.Lock()  # programs finish on worker threads: one line each, never interleaved
         start = time.perf_counter()
 
@@ -269,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not rows:
         print("no finished runs to report", file=sys.stderr)
         return 1
-    write_report(rows, args.out, note=setup_note(args))
+    write_report(rows, args.out, note=setup_note(run_settings(args)))
     print(format_table(rows))
     print(f"wrote {args.out / 'compare_programs.md'} and {args.out / 'compare_programs.png'}")
     return 0

@@ -60,3 +60,14 @@ def test_missing_real_dataset_is_skipped(compare, monkeypatch, tmp_path):
 def test_cli_rejects_unknown_names(compare):
     with pytest.raises(SystemExit):
         compare.main(["--programs", "nope", "--report-only"])
+
+
+def test_report_states_the_settings_the_runs_were_made_with(compare, tmp_path):
+    args = argparse.Namespace(out=tmp_path, k=5, limit=50, threads=8, concurrent_programs=4)
+    assert compare.run_settings(args).threads == 8, "no saved settings: this command's"
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "settings.json").write_text('{"threads": 2, "limit": 7, "k": 5, "concurrent_programs": 1}')
+    note = compare.setup_note(compare.run_settings(args))
+    assert "first 7 questions" in note and "Up to 2 questions per program and 1 programs" in note
+    (tmp_path / "runs" / "settings.json").write_text("{not json")
+    assert compare.run_settings(args).limit == 50
