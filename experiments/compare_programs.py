@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rolecall.data.corpus import DEV_SUBSET_FILES
+from rolecall.utils.logs import quiet_repeated_warnings
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -245,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="only rebuild the table and chart from saved runs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    quiet_repeated_warnings()
 
     names = program_names() if args.programs == "all" else [p.strip() for p in args.programs.split(",") if p.strip()]
     unknown = sorted(set(names) - set(program_names()))

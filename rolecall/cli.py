@@ -28,6 +28,7 @@ from typing import Any
 from rolecall.data.corpus import DEV_SUBSET_FILES, dev_subset_path
 from rolecall.errors import ConfigError, RolecallError
 from rolecall.programs.registry import get_program_class, program_names
+from rolecall.utils.logs import quiet_repeated_warnings
 
 __all__ = ["main", "build_parser"]
 
@@ -366,6 +367,8 @@ def _configure_logging(verbosity: int) -> None:
     # The handler filters too, because some libraries set their own logger to DEBUG at import (bm25s does).
     for handler in root.handlers:
         handler.setLevel(level)
+    if verbosity <= 0:  # -v shows every repeat of DSPy's per-call truncation warning
+        quiet_repeated_warnings(root)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

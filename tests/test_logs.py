@@ -1,0 +1,52 @@
+"""rolecall.utils.logs: DSPy's per-call truncation warning is shown once, then counted."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from rolecall.utils.logs import RepeatedWarningFilter, quiet_repeated_warnings
+
+
+def _record(name: str, msg: str) -> logging.LogRecord:
+    return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, None, None)
+
+
+def test_first_then_powers_of_ten_with_a_count():
+    f = RepeatedWarningFilter([("dspy.clients.lm", "LM response was truncated")])
+    shown = []
+    for i in range(1, 1001):
+        rec = _record("dspy.clients.lm", "LM response was truncated; increase max_tokens")
+        if f.filter(rec):
+            shown.append((i, rec.getMessage()))
+    assert [i for i, _ in shown] == [1, 10, 100, 1000]
+    assert shown[0][1] == "LM response was truncated; increase max_tokens"
+    assert "(100 times so far" in shown[2][1]
+    assert f.counts == {("dspy.clients.lm", "LM response was truncated"): 1000}
+
+
+def test_other_records_pass_untouched():
+    f = RepeatedWarningFilter()
+    for _ in range(5):
+        assert f.filter(_record("dspy.clients.lm", "some other warning"))
+        assert f.filter(_record("rolecall.cli", "LM response was truncated"))  # same text, other logger
+    assert f.counts == {}
+
+
+def test_filter_on_handlers_sees_propagated_child_records():
+    root = logging.getLogger("rolecall-test-logs")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    root.addHandler(handler)
+    root.propagate = False
+    try:
+        counter = quiet_repeated_warnings(root, [("rolecall-test-logs.child", "noisy")])
+        child = logging.getLogger("rolecall-test-logs.child")
+        for _ in range(12):
+            child.warning("noisy line")
+        child.warning("a different line")
+    finally:
+        root.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    assert lines == ["noisy line", "noisy line (10 times so far; repeats are counted, not shown)", "a different line"]
+    assert counter.counts[("rolecall-test-logs.child", "noisy")] == 12
