@@ -95,12 +95,18 @@ def plot_training_curve(log_path: Path, png_path: Path) -> bool:
         ax.set_title(f"stage: {stage}")
         ax.set_xlabel("optimizer step")
         ax.set_ylim(-0.05, 1.05)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
+        if len(set(steps)) <= 12:  # every step a tick: the auto locator puts fractional ticks around a single step
+            ax.set_xticks(sorted(set(steps)))
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("reward")
-    axes[0][-1].legend(loc="lower right", fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    # one legend under the panels, where it cannot hide a point
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     fig.suptitle("MAPGRPO training: reward per stage")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(png_path, dpi=120)
     plt.close(fig)
     return True
