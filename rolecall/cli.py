@@ -368,6 +368,8 @@ def _configure_logging(verbosity: int) -> None:
     for handler in root.handlers:
         handler.setLevel(level)
     if verbosity <= 0:  # -v shows every repeat of DSPy's per-call truncation warning
+        import dspy  # noqa: F401  (importing DSPy creates the 'dspy' log handler the filter must reach)
+
         quiet_repeated_warnings(root)
 
 

@@ -50,3 +50,32 @@ def test_filter_on_handlers_sees_propagated_child_records():
     lines = stream.getvalue().splitlines()
     assert lines == ["noisy line", "noisy line (10 times so far; repeats are counted, not shown)", "a different line"]
     assert counter.counts[("rolecall-test-logs.child", "noisy")] == 12
+
+
+def test_reaches_a_non_propagating_parent_with_its_own_handler():
+    """DSPy's shape: ``dspy`` has its own handler and propagate=False; root handlers never see its children."""
+    parent = logging.getLogger("rolecall-test-own")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    parent.addHandler(handler)
+    parent.propagate = False
+    try:
+        counter = quiet_repeated_warnings(patterns=[("rolecall-test-own.clients", "truncated")])
+        for _ in range(3):
+            logging.getLogger("rolecall-test-own.clients").warning("truncated reply")
+    finally:
+        parent.removeHandler(handler)
+    assert stream.getvalue().splitlines() == ["truncated reply"]
+    assert counter.counts[("rolecall-test-own.clients", "truncated")] == 3
+
+
+def test_reaches_dspys_own_handler():
+    import dspy  # noqa: F401  (creates the 'dspy' logger's handler)
+
+    dspy_handlers = logging.getLogger("dspy").handlers
+    counter = quiet_repeated_warnings(logging.getLogger("rolecall-test-none"))
+    try:
+        assert dspy_handlers and all(counter in h.filters for h in dspy_handlers)
+    finally:
+        for h in dspy_handlers:
+            h.removeFilter(counter)

@@ -66,15 +66,25 @@ def _is_power_of_ten(n: int) -> bool:
 def quiet_repeated_warnings(
     logger: logging.Logger | None = None, patterns: Iterable[tuple[str, str]] = DEFAULT_REPEATED_WARNINGS
 ) -> RepeatedWarningFilter:
-    """Attach one :class:`RepeatedWarningFilter` to every handler of ``logger`` (default: the root logger).
+    """Attach one :class:`RepeatedWarningFilter` to every handler that can emit the ``patterns``' records.
 
-    Filters sit on handlers, not loggers, because a logger's own filters do not see records propagated from its
-    children (``dspy.clients.lm`` reaches the root handlers by propagation).
+    That is the handlers of ``logger`` (default: the root logger) and of each pattern's logger and its ancestors up
+    to the first that does not propagate. Filters sit on handlers, not loggers, because a logger's own filters do not
+    see records propagated from its children; and DSPy gives its ``dspy`` logger a handler of its own and stops
+    propagation there, so the root handlers never see ``dspy.clients.lm``.
 
     Returns:
         The filter, whose ``counts`` say how many of each warning were seen.
     """
+    patterns = tuple(patterns)
     log_filter = RepeatedWarningFilter(patterns)
-    for handler in (logger or logging.getLogger()).handlers:
-        handler.addFilter(log_filter)
+    handlers: list[logging.Handler] = list((logger or logging.getLogger()).handlers)
+    for name, _ in patterns:
+        current: logging.Logger | None = logging.getLogger(name)
+        while current is not None:
+            handlers.extend(current.handlers)
+            current = current.parent if current.propagate else None
+    for handler in dict.fromkeys(handlers):  # once each, in order
+        if log_filter not in handler.filters:
+            handler.addFilter(log_filter)
     return log_filter
