@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from rolecall.utils.logs import RepeatedWarningFilter, quiet_repeated_warnings
 
@@ -33,20 +35,28 @@ def test_other_records_pass_untouched():
     assert f.counts == {}
 
 
-def test_filter_on_handlers_sees_propagated_child_records():
-    root = logging.getLogger("rolecall-test-logs")
+@contextmanager
+def _own_handler(name: str) -> Iterator[io.StringIO]:
+    """Give logger ``name`` a handler writing to the yielded stream and stop it propagating (DSPy's shape)."""
+    logger = logging.getLogger(name)
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    root.addHandler(handler)
-    root.propagate = False
+    logger.addHandler(handler)
+    logger.propagate = False
     try:
+        yield stream
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_filter_on_handlers_sees_propagated_child_records():
+    with _own_handler("rolecall-test-logs") as stream:
+        root = logging.getLogger("rolecall-test-logs")
         counter = quiet_repeated_warnings(root, [("rolecall-test-logs.child", "noisy")])
         child = logging.getLogger("rolecall-test-logs.child")
         for _ in range(12):
             child.warning("noisy line")
         child.warning("a different line")
-    finally:
-        root.removeHandler(handler)
     lines = stream.getvalue().splitlines()
     assert lines == ["noisy line", "noisy line (10 times so far; repeats are counted, not shown)", "a different line"]
     assert counter.counts[("rolecall-test-logs.child", "noisy")] == 12
@@ -54,17 +64,11 @@ def test_filter_on_handlers_sees_propagated_child_records():
 
 def test_reaches_a_non_propagating_parent_with_its_own_handler():
     """DSPy's shape: ``dspy`` has its own handler and propagate=False; root handlers never see its children."""
-    parent = logging.getLogger("rolecall-test-own")
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    parent.addHandler(handler)
-    parent.propagate = False
-    try:
-        counter = quiet_repeated_warnings(patterns=[("rolecall-test-own.clients", "truncated")])
+    with _own_handler("rolecall-test-own") as stream:
+        elsewhere = logging.getLogger("rolecall-test-elsewhere")  # the logger passed has no handlers of its own
+        counter = quiet_repeated_warnings(elsewhere, [("rolecall-test-own.clients", "truncated")])
         for _ in range(3):
             logging.getLogger("rolecall-test-own.clients").warning("truncated reply")
-    finally:
-        parent.removeHandler(handler)
     assert stream.getvalue().splitlines() == ["truncated reply"]
     assert counter.counts[("rolecall-test-own.clients", "truncated")] == 3
 
