@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,15 @@ def _pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     if dtype not in table:
         raise ConfigError(f"dtype must be one of {['auto', *table]}, got {dtype!r}")
     return table[dtype]
+
+
+@contextlib.contextmanager
+def _quiet_peft_wrap() -> Iterator[None]:
+    """Hide the FutureWarning PEFT triggers when it wraps a model: it reads transformers' deprecated
+    ``is_gradient_checkpointing`` alias, which warns on every read; nothing in rolecall uses it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 class ModelBackend:
@@ -199,7 +209,8 @@ class ModelBackend:
             if name in self.adapters:  # another thread created it meanwhile (programs built concurrently)
                 return
             if not self.is_peft:
-                self.model = get_peft_model(self.model, config, adapter_name=name)
+                with _quiet_peft_wrap():
+                    self.model = get_peft_model(self.model, config, adapter_name=name)
             else:
                 self.model.add_adapter(name, config)
             self.model.eval()
@@ -230,7 +241,8 @@ class ModelBackend:
             if not self.is_peft:
                 from peft import PeftModel
 
-                self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name, is_trainable=True)
+                with _quiet_peft_wrap():
+                    self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name, is_trainable=True)
             else:
                 if name in self.adapters:
                     self.model.delete_adapter(name)

@@ -165,3 +165,20 @@ def test_base_rows_skip_lora_and_leave_trainable_adapters_alone(lm, tiny_model, 
         with peft_model.disable_adapter():
             plain = peft_model(input_ids=ids).logits
     assert not torch.allclose(with_adapter, plain), "the adapter is switched back on after the base pass"
+
+
+def test_wrapping_in_peft_raises_no_deprecation_noise(tiny_model, smollm_tokenizer, tmp_path):
+    """PEFT reads transformers' deprecated ``is_gradient_checkpointing`` when wrapping a model; hide that."""
+    import copy
+    import warnings
+
+    unwrapped = copy.deepcopy(tiny_model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=4)
+        lm.for_role("plan")
+        lm.save_adapter(tmp_path / "plan", name="plan")
+        fresh = LocalLM(unwrapped, tokenizer=smollm_tokenizer, max_tokens=4)
+        fresh.load_adapter(tmp_path / "plan", name="plan")  # PeftModel.from_pretrained on an unwrapped model
+    noisy = [w for w in caught if "is_gradient_checkpointing" in str(w.message)]
+    assert not noisy, [str(w.message) for w in noisy]
