@@ -96,8 +96,9 @@ def plot_training_curve(log_path: Path, png_path: Path) -> bool:
         ax.set_xlabel("optimizer step")
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
-        if len(set(steps)) <= 12:  # every step a tick: the auto locator puts fractional ticks around a single step
-            ax.set_xticks(sorted(set(steps)))
+        distinct = sorted(set(steps))
+        if len(distinct) <= 12:  # every step a tick: the auto locator puts fractional ticks around a single step
+            ax.set_xticks(distinct)
         else:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)

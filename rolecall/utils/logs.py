@@ -40,12 +40,13 @@ class RepeatedWarningFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Whether to emit ``record`` (rewriting the message of a shown repeat)."""
-        if not self.patterns:
-            return True
-        message = record.getMessage()
+        message: str | None = None  # formatted only for records from a pattern's logger: filters see every record
         for pattern in self.patterns:
             name, prefix = pattern
-            if record.name == name and message.startswith(prefix):
+            if record.name != name:
+                continue
+            message = record.getMessage() if message is None else message
+            if message.startswith(prefix):
                 n = self.counts.get(pattern, 0) + 1
                 self.counts[pattern] = n
                 if n == 1:
