@@ -256,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown programs {unknown} / datasets {bad}, or --limit/--threads/--concurrent-programs < 1")
     if not args.report_only:
         from rolecall.lm import LocalLM
-        from rolecall.programs.base import parallel_map
+        from rolecall.programs.core.program import parallel_map
         from rolecall.retrievers.bm25 import BM25
 
         lm = LocalLM()

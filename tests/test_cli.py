@@ -16,7 +16,7 @@ import pytest
 
 from rolecall.cli import _accepts, build_parser, main
 from rolecall.programs import registry
-from rolecall.programs.trajectory import Step, Trajectory
+from rolecall.programs.core.trajectory import Step, Trajectory
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

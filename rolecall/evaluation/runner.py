@@ -32,7 +32,7 @@ from rolecall.evaluation.records import (
     to_jsonable,
     write_summary,
 )
-from rolecall.programs.trajectory import Trajectory
+from rolecall.programs.core.trajectory import Trajectory
 
 __all__ = ["EvaluationResult", "evaluate", "evaluate_one", "RECORDS_FILE", "SUMMARY_FILE"]
 

@@ -1,6 +1,5 @@
 """Programs: rolecall's multi-agent systems and baselines as ``dspy.Module``\\ s, and their Trajectory Memory."""
 
-from rolecall.programs.base import LMCallRecorder, Program, format_passages, parallel_map
 from rolecall.programs.baselines import (
     IRCoT,
     IterRetGen,
@@ -10,15 +9,16 @@ from rolecall.programs.baselines import (
     SelfAsk,
     SingleStepRAG,
 )
-from rolecall.programs.d2plan import D2Plan
-from rolecall.programs.d2plan_facts import D2PlanFacts, d2plan_facts
-from rolecall.programs.demos import cot_demos, default_demos, opera_demos, rag_demos
-from rolecall.programs.opera import OPERA
-from rolecall.programs.reap import REAP
-from rolecall.programs.stride import STRIDE
-from rolecall.programs.stride_state import StrideState, causal_rewrite_steps
-from rolecall.programs.team import CascadedTeam, HierarchicalTeam, tool_steps
-from rolecall.programs.trajectory import Step, Trajectory
+from rolecall.programs.core.demo_source import cot_demos, default_demos, opera_demos, rag_demos
+from rolecall.programs.core.program import LMCallRecorder, Program, format_passages, parallel_map
+from rolecall.programs.core.trajectory import Step, Trajectory
+from rolecall.programs.d2plan.facts import D2PlanFacts, d2plan_facts
+from rolecall.programs.d2plan.program import D2Plan
+from rolecall.programs.opera.program import OPERA
+from rolecall.programs.reap.program import REAP
+from rolecall.programs.stride.program import STRIDE
+from rolecall.programs.stride.state import StrideState, causal_rewrite_steps
+from rolecall.programs.team.program import CascadedTeam, HierarchicalTeam, tool_steps
 
 __all__ = [
     "Program",

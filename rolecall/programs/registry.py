@@ -19,12 +19,12 @@ logger = logging.getLogger(__name__)
 
 PROGRAMS: dict[str, str] = {
     # the five seed systems
-    "opera": "rolecall.programs.opera:OPERA",
-    "reap": "rolecall.programs.reap:REAP",
-    "cascaded_team": "rolecall.programs.team:CascadedTeam",
-    "hierarchical_team": "rolecall.programs.team:HierarchicalTeam",
-    "d2plan": "rolecall.programs.d2plan:D2Plan",
-    "stride": "rolecall.programs.stride:STRIDE",
+    "opera": "rolecall.programs.opera.program:OPERA",
+    "reap": "rolecall.programs.reap.program:REAP",
+    "cascaded_team": "rolecall.programs.team.program:CascadedTeam",
+    "hierarchical_team": "rolecall.programs.team.program:HierarchicalTeam",
+    "d2plan": "rolecall.programs.d2plan.program:D2Plan",
+    "stride": "rolecall.programs.stride.program:STRIDE",
     # the baselines the papers compare against
     "no_retrieval_cot": "rolecall.programs.baselines:NoRetrievalCoT",
     "single_step_rag": "rolecall.programs.baselines:SingleStepRAG",

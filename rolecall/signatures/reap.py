@@ -1,7 +1,7 @@
 """The role signatures and typed values of REAP (Zhu et al., "REAP: Enhancing RAG with Recursive Evaluation and Adaptive
 Planning for Multi-Hop Question Answering", AAAI 2026, arXiv 2511.09966).
 
-Four LM roles; the Plan Updater is rule-based (see ``rolecall.programs.reap_plan``):
+Four LM roles; the Plan Updater is rule-based (see ``rolecall.programs.reap.plan``):
 
 - Decomposer: ``Q -> P_0 = {(id_i, q_i, deps_i)}``, written as flat lines ``"2. Where was #1 born? (deps: 1)"``.
 - Fact Extractor: ``(q_t, D_t, F_{t-1}) -> f_t = (s_t, e_t, r_t, l_t)`` with ``l_t`` in DirectAnswer / PartialClue /

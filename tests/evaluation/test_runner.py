@@ -13,7 +13,7 @@ import pytest
 from rolecall.data.types import Example
 from rolecall.errors import ConfigError, DataFormatError
 from rolecall.evaluation import EvaluationSummary, evaluate, format_summary, read_records
-from rolecall.programs.trajectory import Step, Trajectory
+from rolecall.programs.core.trajectory import Step, Trajectory
 
 
 def _trajectory(question: str, retrieved: list[str], answer_ok: bool) -> Trajectory:

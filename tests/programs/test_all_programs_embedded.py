@@ -18,7 +18,7 @@ import pytest
 
 from rolecall.data.synthetic import synthetic_world
 from rolecall.evaluation import evaluate
-from rolecall.programs.base import parallel_map
+from rolecall.programs.core.program import parallel_map
 from rolecall.programs.registry import PROGRAMS, build_program, get_program_class
 from rolecall.retrievers.bm25 import BM25
 

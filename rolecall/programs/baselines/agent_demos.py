@@ -22,7 +22,7 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.data.types import Document, Example
-from rolecall.programs.demos import (
+from rolecall.programs.core.demo_source import (
     as_corpus_mapping,
     default_demo_source,
     demo_passages,

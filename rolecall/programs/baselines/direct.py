@@ -1,6 +1,6 @@
 """The two baselines every paper reports: no-retrieval chain of thought and single-step RAG (retrieve once, then CoT).
 
-Both follow the :class:`~rolecall.programs.base.Program` contract with one role, ``answer`` (a ``dspy.ChainOfThought``).
+Both follow the :class:`~rolecall.programs.core.program.Program` contract with one role, ``answer`` (a ``dspy.ChainOfThought``).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import Program, format_passages
-from rolecall.programs.demos import default_demos
-from rolecall.programs.trajectory import Trajectory
+from rolecall.programs.core.demo_source import default_demos
+from rolecall.programs.core.program import Program, format_passages
+from rolecall.programs.core.trajectory import Trajectory
 from rolecall.retrievers.base import Retriever
 from rolecall.signatures.baselines import AnswerFromPassages, AnswerQuestion
 

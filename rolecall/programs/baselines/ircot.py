@@ -23,7 +23,6 @@ from typing import Any
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import Program, default_lm_kwargs, format_passages
 from rolecall.programs.baselines.direct import Demos
 from rolecall.programs.baselines.iterative_demos import (
     NO_REASONING,
@@ -31,7 +30,8 @@ from rolecall.programs.baselines.iterative_demos import (
     has_answer_cue,
     resolve_iterative_demos,
 )
-from rolecall.programs.trajectory import Trajectory
+from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages
+from rolecall.programs.core.trajectory import Trajectory
 from rolecall.retrievers.base import Passage, Retriever
 from rolecall.signatures.baselines import AnswerFromReasoning, NextReasoningSentence
 from rolecall.signatures.types import is_null_answer

@@ -20,10 +20,10 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import Program, default_lm_kwargs, format_passages
 from rolecall.programs.baselines.direct import Demos
 from rolecall.programs.baselines.iterative_demos import resolve_iterative_demos
-from rolecall.programs.trajectory import Trajectory
+from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages
+from rolecall.programs.core.trajectory import Trajectory
 from rolecall.retrievers.base import Retriever
 from rolecall.signatures.baselines import GenerateWithPassages
 from rolecall.signatures.types import is_null_answer

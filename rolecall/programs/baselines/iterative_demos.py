@@ -2,7 +2,7 @@
 their roles read (the reasoning so far, the Self-Ask history), shared by the programs and their demos.
 
 Demos come from examples with gold decompositions and the corpus holding their supporting documents (by default the
-built-in world of :func:`rolecall.programs.demos.default_demo_source`). A reasoning sentence for a gold sub-step is the
+built-in world of :func:`rolecall.programs.core.demo_source.default_demo_source`). A reasoning sentence for a gold sub-step is the
 sentence of its supporting document that states the sub-answer, with a leading pronoun replaced by the document's
 title ("She was born in 1865 in Pelheim." -> "Staekys Granuvell was born in 1865 in Pelheim."), so the chains read like
 the extractive chains of thought IRCoT and Iter-RetGen prompt with.
@@ -26,7 +26,7 @@ import dspy
 
 from rolecall.data.types import Document, Example, SubStep
 from rolecall.errors import ConfigError
-from rolecall.programs.demos import (
+from rolecall.programs.core.demo_source import (
     as_corpus_mapping,
     default_demo_source,
     demo_passages,

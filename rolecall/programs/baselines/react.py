@@ -18,9 +18,9 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import Program, default_lm_kwargs, format_passages
 from rolecall.programs.baselines.agent_demos import default_agent_demos
-from rolecall.programs.trajectory import Trajectory
+from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages
+from rolecall.programs.core.trajectory import Trajectory
 from rolecall.retrievers.base import Retriever
 from rolecall.retrievers.tool import NO_PASSAGES
 from rolecall.signatures.search_r1 import REACT_HISTORY_FIELD, ReActQuestion

@@ -25,9 +25,9 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import COMPLETED_MARKER, Program, default_lm_kwargs, format_passages
 from rolecall.programs.baselines.agent_demos import default_agent_demos
-from rolecall.programs.trajectory import Step, Trajectory
+from rolecall.programs.core.program import COMPLETED_MARKER, Program, default_lm_kwargs, format_passages
+from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.retrievers.base import Retriever
 from rolecall.signatures.search_r1 import (
     FORCE_ANSWER_NOTE,

@@ -16,10 +16,10 @@ from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils.dummies import DummyLM
 
 from rolecall.errors import ConfigError
-from rolecall.programs.stride import STRIDE
-from rolecall.programs.stride_demos import default_stride_demos, gold_plan, gold_strategy
-from rolecall.programs.stride_state import StrideState, causal_rewrite_steps, format_facts, fresh_query
-from rolecall.programs.trajectory import Step, Trajectory
+from rolecall.programs.core.trajectory import Step, Trajectory
+from rolecall.programs.stride.demos import default_stride_demos, gold_plan, gold_strategy
+from rolecall.programs.stride.program import STRIDE
+from rolecall.programs.stride.state import StrideState, causal_rewrite_steps, format_facts, fresh_query
 from rolecall.signatures.stride import DirectPlan, MetaPlan
 from rolecall.utils import SchemaLM
 

@@ -30,10 +30,10 @@ from typing import Any, Literal, TypeVar
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import Program, default_lm_kwargs, format_passages, parallel_map
-from rolecall.programs.reap_demos import default_reap_demos
-from rolecall.programs.reap_plan import PlanNode, TaskPlan, has_answer
-from rolecall.programs.trajectory import Step, Trajectory
+from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages, parallel_map
+from rolecall.programs.core.trajectory import Step, Trajectory
+from rolecall.programs.reap.demos import default_reap_demos
+from rolecall.programs.reap.plan import PlanNode, TaskPlan, has_answer
 from rolecall.retrievers.base import Passage, Retriever
 from rolecall.signatures.reap import (
     DecomposeTaskPlan,
@@ -75,7 +75,7 @@ class REAP(Program):
     Zhu et al., arXiv 2511.09966. Roles: ``decomposer`` (question -> plan lines ``"N. q (deps: ...)"``), ``extractor``
     (sub-question, known facts, passages -> statement, answer, level, evidence, reasoning), ``replanner`` (question,
     sub-question, fact, known facts, later steps -> action, answer, sub_questions) and ``synthesizer`` (question,
-    facts -> answer). The Plan Updater is deterministic (``rolecall.programs.reap_plan``) and records
+    facts -> answer). The Plan Updater is deterministic (``rolecall.programs.reap.plan``) and records
     ``plan_update`` / ``fork`` events; every role step carries ``sub_task``, ``task_id``, ``branch`` and ``iteration``
     in its ``meta`` for per-role, per-sub-task credit assignment.
 

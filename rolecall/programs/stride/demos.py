@@ -25,7 +25,7 @@ from typing import Any
 import dspy
 
 from rolecall.data.types import Document, Example
-from rolecall.programs.demos import (
+from rolecall.programs.core.demo_source import (
     as_corpus_mapping,
     default_demo_source,
     demo_passages,
@@ -33,7 +33,7 @@ from rolecall.programs.demos import (
     docs_by_id,
     filled_steps,
 )
-from rolecall.programs.stride_state import StrideState, format_facts
+from rolecall.programs.stride.state import StrideState, format_facts
 
 __all__ = ["stride_demos", "default_stride_demos", "fit_demo", "gold_plan", "gold_strategy"]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import dspy
 
-from rolecall.programs.base import Program, format_passages
-from rolecall.programs.trajectory import Step, Trajectory
+from rolecall.programs.core.program import Program, format_passages
+from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.retrievers.base import Passage
 from rolecall.signatures.types import is_null_answer
 

@@ -1,8 +1,8 @@
 """``TeamProgram``: what the MultiAgent-OPD teams share (arXiv 2610.23234): options, one LoRA adapter for all roles,
 Searcher waves run turn by turn under an environment-step budget, and the Answerer's candidate vote.
 
-:class:`~rolecall.programs.team.CascadedTeam` and :class:`~rolecall.programs.team.HierarchicalTeam` subclass it; the
-Searcher's own turn is in :mod:`rolecall.programs.team_searcher`.
+:class:`~rolecall.programs.team.program.CascadedTeam` and :class:`~rolecall.programs.team.program.HierarchicalTeam` subclass it; the
+Searcher's own turn is in :mod:`rolecall.programs.team.searcher`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import COMPLETED_MARKER, Program, is_local_lm, parallel_map
-from rolecall.programs.team_demos import default_team_demos
-from rolecall.programs.team_searcher import SearcherRun, fallback_report, format_reports, majority_vote, searcher_turn
-from rolecall.programs.trajectory import Step, Trajectory
+from rolecall.programs.core.program import COMPLETED_MARKER, Program, is_local_lm, parallel_map
+from rolecall.programs.core.trajectory import Step, Trajectory
+from rolecall.programs.team.demos import default_team_demos
+from rolecall.programs.team.searcher import SearcherRun, fallback_report, format_reports, majority_vote, searcher_turn
 
 __all__ = ["TeamProgram", "StepBudget", "ParameterSharing", "SHARED_ADAPTER", "NO_SELECTED", "team_lm_kwargs"]
 

@@ -28,7 +28,7 @@ from dspy.utils.exceptions import AdapterParseError
 from dspy.utils.usage_tracker import UsageTracker
 
 from rolecall.errors import ConfigError, ModelLoadError
-from rolecall.programs.trajectory import Step, Trajectory
+from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.retrievers.base import Passage, Retriever
 
 __all__ = [

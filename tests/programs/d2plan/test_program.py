@@ -8,8 +8,8 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 from rolecall.errors import ConfigError
-from rolecall.programs.d2plan import D2Plan, D2PlanFacts, Refinement, d2plan_facts
-from rolecall.programs.trajectory import Trajectory
+from rolecall.programs.core.trajectory import Trajectory
+from rolecall.programs.d2plan.program import D2Plan, D2PlanFacts, Refinement, d2plan_facts
 from rolecall.retrievers.base import Passage
 from rolecall.utils.dummies import SchemaLM, ScriptedTextLM
 

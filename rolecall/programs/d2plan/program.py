@@ -35,10 +35,10 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import Program, default_lm_kwargs, format_passages
-from rolecall.programs.d2plan_demos import NO_NOTES, default_d2plan_demos, format_solved
-from rolecall.programs.d2plan_facts import D2PlanFacts, Refinement, Revision, d2plan_facts
-from rolecall.programs.trajectory import Trajectory
+from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages
+from rolecall.programs.core.trajectory import Trajectory
+from rolecall.programs.d2plan.demos import NO_NOTES, default_d2plan_demos, format_solved
+from rolecall.programs.d2plan.facts import D2PlanFacts, Refinement, Revision, d2plan_facts
 from rolecall.retrievers.base import Passage, Retriever
 from rolecall.signatures.d2plan import (
     Purify,

@@ -13,7 +13,7 @@ Control flow (Sec. 3.2 and the reference code):
             query <- Rewrite(p_i, D_i, ρ_i)                   # reasoning-driven retrieval
     answer = a_m                                              # (or Synthesize(q, {p_i, a_i}) with final_synthesis)
 
-The Trajectory Memory Component is the :class:`~rolecall.programs.trajectory.Trajectory` every run returns.
+The Trajectory Memory Component is the :class:`~rolecall.programs.core.trajectory.Trajectory` every run returns.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import Program, default_lm_kwargs, format_passages
-from rolecall.programs.demos import default_demos
-from rolecall.programs.trajectory import Trajectory
+from rolecall.programs.core.demo_source import default_demos
+from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages
+from rolecall.programs.core.trajectory import Trajectory
 from rolecall.retrievers.base import Passage, Retriever
 from rolecall.signatures.opera import AnalyzeAnswer, PlanSubGoals, RewriteQuery, SynthesizeAnswer
 from rolecall.signatures.types import CONFIDENCE_SCORES, fill_placeholders, is_null_answer

@@ -35,15 +35,15 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.team_base import (
+from rolecall.programs.core.trajectory import Trajectory
+from rolecall.programs.team.base import (
     SHARED_ADAPTER,
     ParameterSharing,
     StepBudget,
     TeamProgram,
     team_lm_kwargs,
 )
-from rolecall.programs.team_searcher import SearcherRun, format_reports
-from rolecall.programs.trajectory import Trajectory
+from rolecall.programs.team.searcher import SearcherRun, format_reports
 from rolecall.retrievers.base import Retriever
 from rolecall.signatures.team import AnswerFromReports, DelegateOrAnswer, SearchOrReport
 
@@ -62,7 +62,7 @@ def tool_steps(trajectory: Trajectory) -> int:
     ``<search>`` actions.
 
     Example:
-        >>> from rolecall.programs.trajectory import Step
+        >>> from rolecall.programs.core.trajectory import Step
         >>> t = Trajectory()
         >>> for n, action in [(1, "search"), (1, "search"), (2, "report"), (3, "search")]:
         ...     _ = t.add(Step("role", "searcher", meta={"env_step": n, "action": action, "valid": True}))

@@ -16,7 +16,7 @@ Algorithm 1 of the paper (``seeds/stride.txt``), with T_max = ``max_iterations``
     a_final = a_last if P = ∅ else FallbackReasoner(q, P_q, facts, passages)
 
 Rules the paper states as principles and this program enforces: a query already in F(c_i) is logged as a
-``repeated query`` failure and replaced by a fresh one (:func:`~rolecall.programs.stride_state.fresh_query`), or the
+``repeated query`` failure and replaced by a fresh one (:func:`~rolecall.programs.stride.state.fresh_query`), or the
 directive is dropped when none is left; ``answer`` with no facts and nothing solved becomes a search; a Reasoner answer
 of "unknown" counts as a failure (reason ``no answer``) rather than a solved sub-question, so it never fills a later
 placeholder. The Reasoner answers the filled sub-question c_i (a rewritten z_i is a search string, not a question).
@@ -33,9 +33,10 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.base import Program, default_lm_kwargs, format_passages, parallel_map
-from rolecall.programs.stride_demos import default_stride_demos, fit_demo
-from rolecall.programs.stride_state import (
+from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages, parallel_map
+from rolecall.programs.core.trajectory import Trajectory
+from rolecall.programs.stride.demos import default_stride_demos, fit_demo
+from rolecall.programs.stride.state import (
     BranchOutcome,
     Directive,
     StrideState,
@@ -43,7 +44,6 @@ from rolecall.programs.stride_state import (
     fresh_query,
     normalize_query,
 )
-from rolecall.programs.trajectory import Trajectory
 from rolecall.retrievers.base import Passage, Retriever
 from rolecall.signatures.stride import (
     DirectPlan,
@@ -75,14 +75,14 @@ class STRIDE(Program):
     Concrete Plan whose ``[entity from step N]`` placeholders are its dependencies), ``supervisor`` (q, plan, Ω, a
     ready sub-question -> action ∈ {retrieve, rewrite, answer} and query), ``extractor`` (query, passages -> atomic
     facts), ``reasoner`` (sub-question, facts -> answer) and ``fallback`` (q, plan, facts, passages -> answer).
-    Ready sub-questions of one iteration run concurrently (:func:`~rolecall.programs.base.parallel_map`), so their LM
+    Ready sub-questions of one iteration run concurrently (:func:`~rolecall.programs.core.program.parallel_map`), so their LM
     calls batch in a ``LocalLM``.
 
     Per-step meta for STRIDE-FT: the ``meta_planner`` step holds ``strategy``, ``sub_questions`` and
     ``dependencies``; every ``supervisor`` step holds ``sub_question``, ``iteration``, ``action``, ``proposed_action``,
     ``query``, ``proposed_query``, ``attempt`` (searches made before), ``rewrite`` (a search after a failed one),
     ``repeated_query``, ``executed`` and ``resolved`` (read back by
-    :func:`~rolecall.programs.stride_state.causal_rewrite_steps`);
+    :func:`~rolecall.programs.stride.state.causal_rewrite_steps`);
     ``extractor`` steps hold ``facts``; retrieval and ``reasoner`` steps hold ``sub_question``, ``iteration``,
     ``attempt``. Each failure is an event ``failure`` (with ``error``) and an entry of ``prediction.state["failures"]``.
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rolecall.programs.trajectory import Step, Trajectory
+from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.signatures.stride import Action
 from rolecall.signatures.types import fill_placeholders, find_placeholders, is_null_answer
 

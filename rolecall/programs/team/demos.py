@@ -1,7 +1,7 @@
 """Default few-shot demos for the MultiAgent-OPD team roles, built from examples with gold decompositions.
 
 SmolLM2-135M parses DSPy's ChatAdapter format only with demos, so every role gets some, in the exact prompt formats
-the programs use at run time (:func:`~rolecall.programs.team_searcher.format_notes` and ``format_reports``):
+the programs use at run time (:func:`~rolecall.programs.team.searcher.format_notes` and ``format_reports``):
 
 - leader, in this order: (question, reports including an unfinished one) -> answer, selecting the useful reports
   only; (question, the first hop's report) -> delegate the next hop; (question, no reports) -> delegate the
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import dspy
 
 from rolecall.data.types import Document, Example
-from rolecall.programs.demos import (
+from rolecall.programs.core.demo_source import (
     DEMO_PASSAGE_CHARS,
     as_corpus_mapping,
     default_demo_source,
@@ -30,8 +30,8 @@ from rolecall.programs.demos import (
     filled_steps,
     select_examples,
 )
-from rolecall.programs.team_searcher import NO_NOTES, NO_REPORTS, SearcherRun, fallback_report, format_notes
-from rolecall.programs.team_searcher import format_reports as _format_reports
+from rolecall.programs.team.searcher import NO_NOTES, NO_REPORTS, SearcherRun, fallback_report, format_notes
+from rolecall.programs.team.searcher import format_reports as _format_reports
 
 __all__ = ["team_demos", "default_team_demos", "demo_report"]
 

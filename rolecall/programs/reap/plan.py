@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rolecall.programs.trajectory import Trajectory
+from rolecall.programs.core.trajectory import Trajectory
 from rolecall.signatures.reap import FactTuple, SubTask, renumber_refs, split_answers
 from rolecall.signatures.types import fill_placeholders, is_null_answer
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 import dspy
 
 from rolecall.data.types import Document, Example, SubStep
-from rolecall.programs.demos import (
+from rolecall.programs.core.demo_source import (
     as_corpus_mapping,
     default_demo_source,
     demo_passages,

@@ -24,7 +24,7 @@ from typing import Literal
 import dspy
 
 from rolecall.data.types import Document, Example, SubStep
-from rolecall.programs.base import format_passages
+from rolecall.programs.core.program import format_passages
 from rolecall.signatures.types import hash_refs_to_placeholders
 
 __all__ = [

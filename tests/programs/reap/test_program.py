@@ -13,11 +13,11 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 from rolecall.errors import ConfigError
-from rolecall.programs.demos import HANDWRITTEN_CORPUS, HANDWRITTEN_EXAMPLES
-from rolecall.programs.reap import REAP
-from rolecall.programs.reap_demos import reap_demos
-from rolecall.programs.reap_plan import TaskPlan
-from rolecall.programs.trajectory import Trajectory
+from rolecall.programs.core.demo_source import HANDWRITTEN_CORPUS, HANDWRITTEN_EXAMPLES
+from rolecall.programs.core.trajectory import Trajectory
+from rolecall.programs.reap.demos import reap_demos
+from rolecall.programs.reap.plan import TaskPlan
+from rolecall.programs.reap.program import REAP
 from rolecall.retrievers.base import Passage
 from rolecall.signatures.reap import ExtractStructuredFact, FactTuple, RepairPlan, SubTask
 from rolecall.utils import SchemaLM, ScriptedTextLM

@@ -17,9 +17,9 @@ from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils.dummies import DummyLM
 
 from rolecall.errors import ConfigError
-from rolecall.programs.team import CascadedTeam, HierarchicalTeam, tool_steps
-from rolecall.programs.team_searcher import format_notes, majority_vote
-from rolecall.programs.trajectory import Step, Trajectory
+from rolecall.programs.core.trajectory import Step, Trajectory
+from rolecall.programs.team.program import CascadedTeam, HierarchicalTeam, tool_steps
+from rolecall.programs.team.searcher import format_notes, majority_vote
 from rolecall.retrievers.base import Passage
 from rolecall.signatures.team import ROLE_PROMPTS
 from rolecall.utils import SchemaLM
