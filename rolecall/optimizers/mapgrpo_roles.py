@@ -21,7 +21,7 @@ from typing import Any
 from rolecall.evaluation.metrics import f1_score
 from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
 from rolecall.optimizers.rewards.opera import analysis_gold, analysis_reward, plan_reward, rewrite_reward
-from rolecall.signatures.types import fill_placeholders, hash_refs_to_placeholders
+from rolecall.programs.core.plan import fill_placeholders, hash_refs_to_placeholders
 
 __all__ = ["GoldRecord", "RoleInput", "OperaRoleTasks", "as_gold_record"]
 

@@ -9,11 +9,12 @@ from rolecall.programs.baselines import (
     SelfAsk,
     SingleStepRAG,
 )
-from rolecall.programs.core.demo_source import cot_demos, default_demos, opera_demos, rag_demos
+from rolecall.programs.baselines.direct_demos import cot_demos, rag_demos
 from rolecall.programs.core.program import LMCallRecorder, Program, format_passages, parallel_map
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.programs.d2plan.facts import D2PlanFacts, d2plan_facts
 from rolecall.programs.d2plan.program import D2Plan
+from rolecall.programs.opera.demos import opera_demos
 from rolecall.programs.opera.program import OPERA
 from rolecall.programs.reap.program import REAP
 from rolecall.programs.stride.program import STRIDE
@@ -45,7 +46,6 @@ __all__ = [
     "D2PlanFacts",
     "StrideState",
     "causal_rewrite_steps",
-    "default_demos",
     "opera_demos",
     "cot_demos",
     "rag_demos",

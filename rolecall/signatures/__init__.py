@@ -30,12 +30,7 @@ from rolecall.signatures.types import (
     CONFIDENCE_SCORES,
     NULL_ANSWERS,
     Confidence,
-    Placeholder,
-    SubGoal,
     Sufficiency,
-    fill_placeholders,
-    find_placeholders,
-    hash_refs_to_placeholders,
     is_null_answer,
 )
 
@@ -81,11 +76,6 @@ __all__ = [
     "CONFIDENCE_SCORES",
     "NULL_ANSWERS",
     "Confidence",
-    "Placeholder",
-    "SubGoal",
     "Sufficiency",
-    "fill_placeholders",
-    "find_placeholders",
-    "hash_refs_to_placeholders",
     "is_null_answer",
 ]

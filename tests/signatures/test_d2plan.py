@@ -8,6 +8,14 @@ import dspy
 import pytest
 from dspy.utils.exceptions import AdapterParseError
 
+from rolecall.programs.d2plan.refs import (
+    answer_refs,
+    drop_repeats,
+    fill_answer_refs,
+    has_answer_refs,
+    renumber_answer_refs,
+    to_answer_refs,
+)
 from rolecall.signatures.d2plan import (
     Purify,
     ReasonerAnswer,
@@ -15,12 +23,6 @@ from rolecall.signatures.d2plan import (
     ReasonerRefine,
     ReasonerRevise,
     ReasonerStep,
-    answer_refs,
-    drop_repeats,
-    fill_answer_refs,
-    has_answer_refs,
-    renumber_answer_refs,
-    to_answer_refs,
 )
 
 SIGNATURES = (ReasonerPlan, ReasonerStep, ReasonerRefine, ReasonerRevise, ReasonerAnswer, Purify)

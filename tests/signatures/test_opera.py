@@ -8,17 +8,8 @@ import dspy
 import pytest
 from dspy.utils.exceptions import AdapterParseError
 
-from rolecall.signatures import (
-    AnalyzeAnswer,
-    PlanSubGoals,
-    RewriteQuery,
-    SubGoal,
-    SynthesizeAnswer,
-    fill_placeholders,
-    find_placeholders,
-    hash_refs_to_placeholders,
-    is_null_answer,
-)
+from rolecall.programs.core.plan import SubGoal, fill_placeholders, find_placeholders, hash_refs_to_placeholders
+from rolecall.signatures import AnalyzeAnswer, PlanSubGoals, RewriteQuery, SynthesizeAnswer, is_null_answer
 
 
 def test_signature_fields():

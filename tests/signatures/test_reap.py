@@ -9,6 +9,15 @@ import pytest
 from dspy.utils.exceptions import AdapterParseError
 from pydantic import ValidationError
 
+from rolecall.programs.reap.parse import (
+    normalize_action,
+    normalize_level,
+    parse_plan,
+    read_list,
+    read_sections,
+    renumber_refs,
+    split_answers,
+)
 from rolecall.signatures.reap import (
     FACT_LEVELS,
     REPLAN_ACTIONS,
@@ -18,13 +27,6 @@ from rolecall.signatures.reap import (
     RepairPlan,
     SubTask,
     SynthesizeFromFacts,
-    normalize_action,
-    normalize_level,
-    parse_plan,
-    read_list,
-    read_sections,
-    renumber_refs,
-    split_answers,
 )
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match, f1_score, ndcg_at_k
-from rolecall.signatures.types import fill_placeholders, find_placeholders, is_null_answer
+from rolecall.programs.core.plan import fill_placeholders, find_placeholders
+from rolecall.signatures.types import is_null_answer
 
 __all__ = [
     "PlanRewardWeights",

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.core.demo_source import default_demos
+from rolecall.programs.baselines.direct_demos import default_cot_demos, default_rag_demos
 from rolecall.programs.core.program import Program, format_passages
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.retrievers.base import Retriever
@@ -27,7 +27,7 @@ def resolve_demos(demos: Any, kind: Literal["cot", "rag"]) -> dict[str, list[dsp
     if demos is None or isinstance(demos, dict):
         return demos
     if demos == "auto":
-        return default_demos(kind)
+        return default_cot_demos() if kind == "cot" else default_rag_demos()
     raise ConfigError(f"demos must be 'auto', None or a dict role -> examples, got {demos!r}")
 
 

@@ -26,11 +26,12 @@ import dspy
 from rolecall.errors import ConfigError
 from rolecall.programs.baselines.direct import Demos
 from rolecall.programs.baselines.iterative_demos import format_history, resolve_iterative_demos
+from rolecall.programs.core.plan import fill_placeholders
 from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.retrievers.base import Retriever
 from rolecall.signatures.baselines import AnswerFollowUp, AskFollowUp
-from rolecall.signatures.types import fill_placeholders, is_null_answer
+from rolecall.signatures.types import is_null_answer
 
 __all__ = ["SelfAsk"]
 

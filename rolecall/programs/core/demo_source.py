@@ -1,4 +1,4 @@
-"""Default few-shot demos for the role predictors, built from examples with gold decompositions.
+"""The source of every built-in few-shot demo set: examples with gold decompositions, and helpers that pick them.
 
 Small models need them: SmolLM2-135M parses DSPy's ChatAdapter format 0/5 zero-shot and 5/5 with three demos. Demos
 come from any examples that carry a gold decomposition (the synthetic world's train split, MuSiQue) and the corpus
@@ -9,8 +9,9 @@ holding their supporting documents:
 - rewrite: (sub-question, distractors, missing information) -> a query naming the entity to look up;
 - synthesis, and the baselines' chain-of-thought answers, from the same decompositions.
 
-``default_demos(kind)`` builds them once per process from a small built-in world (``synthetic_world(seed=12345)``),
-or from a fixed hand-written set when the synthetic-world module is absent.
+:func:`default_demo_source` gives the examples and corpus every built-in demo set is made from (a small built-in world,
+``synthetic_world(seed=12345)``, or a fixed hand-written set when the synthetic-world module is absent); each system's
+``demos.py`` holds its builders, cached with :func:`rolecall.programs.core.demos.built_in_demos`.
 """
 
 from __future__ import annotations
@@ -19,23 +20,16 @@ import functools
 import logging
 import random
 from collections.abc import Mapping, Sequence
-from typing import Literal
-
-import dspy
 
 from rolecall.data.types import Document, Example, SubStep
-from rolecall.programs.core.program import format_passages
-from rolecall.signatures.types import hash_refs_to_placeholders
+from rolecall.programs.core.plan import hash_refs_to_placeholders
+from rolecall.programs.core.text import format_passages
 
 __all__ = [
-    "DemoKind",
-    "opera_demos",
-    "cot_demos",
-    "rag_demos",
-    "default_demos",
     "default_demo_source",
     "select_examples",
     "filled_steps",
+    "placeholder_plan",
     "docs_by_id",
     "distractor_docs",
     "demo_passages",
@@ -47,16 +41,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DemoKind = Literal["opera", "cot", "rag"]
-"""Which program's demos: OPERA's roles, ``NoRetrievalCoT`` or ``SingleStepRAG``."""
-
 DEMO_PASSAGE_CHARS = 200
 """Passages in demos are cut shorter than at run time: demos are paid for on every call."""
 
 _TYPE_PREFERENCE = ("compositional", "inference", "single", "bridge", "bridge_comparison", "comparison")
-
-_NULL_ANSWER = "unknown"
-_NO_MISSING = "none"
 
 
 def select_examples(examples: Sequence[Example], n: int, *, multi_hop_first: bool = True) -> list[Example]:
@@ -93,7 +81,7 @@ def filled_steps(example: Example) -> list[tuple[str, SubStep]]:
     return out
 
 
-def _plan(example: Example) -> list[str]:
+def placeholder_plan(example: Example) -> list[str]:
     steps = example.decomposition or []
     answers = {i: s.answer for i, s in enumerate(steps, start=1)}
     return [hash_refs_to_placeholders(s.question, answers) for s in steps]
@@ -122,101 +110,6 @@ def as_corpus_mapping(corpus: Mapping[str, Document] | Sequence[Document]) -> Ma
     return corpus if isinstance(corpus, Mapping) else {d.id: d for d in corpus}
 
 
-def _reasoning(example: Example) -> str:
-    return " ".join(f"{q} {s.answer}." for q, s in filled_steps(example))
-
-
-def opera_demos(
-    examples: Sequence[Example], corpus: Mapping[str, Document] | Sequence[Document], *, n: int = 3, seed: int = 0
-) -> dict[str, list[dspy.Example]]:
-    """Demos for OPERA's ``plan``, ``analysis``, ``rewrite`` and ``synthesis`` roles (``n`` each).
-
-    Args:
-        examples: examples with gold decompositions whose supporting ids are in ``corpus``.
-        corpus: documents by id (or a list of them), for the gold and distractor passages.
-        n: demos per role.
-        seed: picks the distractor passages.
-
-    Returns:
-        Role name -> list of ``dspy.Example`` with the role's input and output fields.
-    """
-    corpus = as_corpus_mapping(corpus)
-    rng = random.Random(seed)
-    chosen = select_examples(examples, n)
-    demos: dict[str, list[dspy.Example]] = {"plan": [], "analysis": [], "rewrite": [], "synthesis": []}
-    for e in chosen:
-        demos["plan"].append(dspy.Example(question=e.question, sub_goals=_plan(e)).with_inputs("question"))
-        evidence = "\n".join(f"{q} -> {s.answer}" for q, s in filled_steps(e))
-        demos["synthesis"].append(
-            dspy.Example(question=e.question, evidence=evidence, answer=e.answer).with_inputs("question", "evidence")
-        )
-    # analysis / rewrite use single sub-steps: the last step of each chosen example, then earlier ones
-    steps = [(q, s) for e in chosen for q, s in reversed(filled_steps(e)) if docs_by_id(corpus, s.supporting_ids)]
-    for i, (question, step) in enumerate(steps[: max(n - 1, 1)]):
-        gold = docs_by_id(corpus, step.supporting_ids)[:1]
-        noise = distractor_docs(corpus, step.supporting_ids, 1, rng)
-        shown = gold + noise if i % 2 == 0 else noise + gold
-        demos["analysis"].append(
-            dspy.Example(
-                sub_goal=question,
-                passages=demo_passages(shown),
-                sufficient="yes",
-                answer=step.answer,
-                confidence="high",
-                missing_information=_NO_MISSING,
-            ).with_inputs("sub_goal", "passages")
-        )
-    for i, (question, step) in enumerate(steps[:n]):
-        entity = docs_by_id(corpus, step.supporting_ids)[0].title
-        missing = f"a passage about {entity}"
-        noise = demo_passages(distractor_docs(corpus, step.supporting_ids, 2, rng))
-        if i == 0 and n > 1:  # the negative analysis demo
-            demos["analysis"].append(
-                dspy.Example(
-                    sub_goal=question,
-                    passages=noise,
-                    sufficient="no",
-                    answer=_NULL_ANSWER,
-                    confidence="low",
-                    missing_information=missing,
-                ).with_inputs("sub_goal", "passages")
-            )
-        demos["rewrite"].append(
-            dspy.Example(sub_goal=question, passages=noise, missing_information=missing, query=entity).with_inputs(
-                "sub_goal", "passages", "missing_information"
-            )
-        )
-    demos["analysis"] = demos["analysis"][:n]
-    return demos
-
-
-def cot_demos(examples: Sequence[Example], *, n: int = 3) -> dict[str, list[dspy.Example]]:
-    """Demos for ``NoRetrievalCoT``'s ``answer`` role: question -> reasoning (the gold chain) + answer."""
-    return {
-        "answer": [
-            dspy.Example(question=e.question, reasoning=_reasoning(e), answer=e.answer).with_inputs("question")
-            for e in select_examples(examples, n)
-        ]
-    }
-
-
-def rag_demos(
-    examples: Sequence[Example], corpus: Mapping[str, Document] | Sequence[Document], *, n: int = 3, seed: int = 0
-) -> dict[str, list[dspy.Example]]:
-    """Demos for ``SingleStepRAG``'s ``answer`` role: (question, gold passages + a distractor) -> reasoning + answer."""
-    corpus = as_corpus_mapping(corpus)
-    rng = random.Random(seed)
-    out = []
-    for e in select_examples(examples, n):
-        docs = docs_by_id(corpus, e.supporting_ids)[:2] + distractor_docs(corpus, e.supporting_ids, 1, rng)
-        out.append(
-            dspy.Example(
-                question=e.question, passages=demo_passages(docs), reasoning=_reasoning(e), answer=e.answer
-            ).with_inputs("question", "passages")
-        )
-    return {"answer": out}
-
-
 @functools.lru_cache(maxsize=1)
 def default_demo_source() -> tuple[tuple[Example, ...], tuple[Document, ...]]:
     """The examples and corpus default demos come from: ``synthetic_world(seed=12345)``'s train split, or a fixed
@@ -228,25 +121,6 @@ def default_demo_source() -> tuple[tuple[Example, ...], tuple[Document, ...]]:
         return HANDWRITTEN_EXAMPLES, HANDWRITTEN_CORPUS
     world = synthetic_world(seed=12345)
     return tuple(world.train), tuple(world.corpus)
-
-
-@functools.lru_cache(maxsize=8)
-def _default_demos(kind: str, n: int) -> dict[str, tuple[dspy.Example, ...]]:
-    examples, corpus = default_demo_source()
-    if kind == "opera":
-        built = opera_demos(examples, corpus, n=n)
-    elif kind == "cot":
-        built = cot_demos(examples, n=n)
-    elif kind == "rag":
-        built = rag_demos(examples, corpus, n=n)
-    else:
-        raise ValueError(f"unknown demo kind {kind!r}; choose from 'opera', 'cot', 'rag'")
-    return {role: tuple(demos) for role, demos in built.items()}
-
-
-def default_demos(kind: DemoKind, *, n: int = 3) -> dict[str, list[dspy.Example]]:
-    """The built-in demos of ``kind`` (cached; each call returns fresh lists of copies)."""
-    return {role: [d.copy() for d in demos] for role, demos in _default_demos(kind, n).items()}
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -35,7 +35,9 @@ class Step:
         error: the parse error or failure reason, None when the step succeeded.
         seconds: wall time of the step.
         usage: ``{"prompt_tokens": ..., "completion_tokens": ..., "lm_calls": ...}`` for role calls.
-        meta: anything else a program wants to remember (sub-goal index, attempt number, adapter name, ...).
+        meta: anything else a program wants to remember (sub-goal index, attempt number, ...).
+        adapter: the LoRA adapter that produced a role call (several roles may share one: an adapter group), None on
+            the base model or another LM.
     """
 
     kind: StepKind
@@ -48,6 +50,7 @@ class Step:
     seconds: float = 0.0
     usage: dict[str, int] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    adapter: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -73,9 +76,13 @@ class Trajectory:
         """Record a control-flow event (e.g. ``budget_exhausted``)."""
         return self.add(Step(kind="event", role=name, meta=meta))
 
-    def role_steps(self, role: str | None = None) -> list[Step]:
-        """The LM role calls, optionally of one role only."""
-        return [s for s in self.steps if s.kind == "role" and (role is None or s.role == role)]
+    def role_steps(self, role: str | None = None, *, adapter: str | None = None) -> list[Step]:
+        """The LM role calls, optionally of one role only, or only those an adapter (group) produced."""
+        return [
+            s
+            for s in self.steps
+            if s.kind == "role" and (role is None or s.role == role) and (adapter is None or s.adapter == adapter)
+        ]
 
     def retrievals(self) -> list[Step]:
         """The retrieval steps."""

@@ -32,7 +32,7 @@ from rolecall.programs.core.demo_source import (
     filled_steps,
     select_examples,
 )
-from rolecall.signatures.d2plan import to_answer_refs
+from rolecall.programs.d2plan.refs import to_answer_refs
 
 __all__ = ["d2plan_demos", "default_d2plan_demos", "format_solved", "NO_NOTES"]
 

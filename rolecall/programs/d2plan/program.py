@@ -39,6 +39,7 @@ from rolecall.programs.core.program import Program, default_lm_kwargs, format_pa
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.programs.d2plan.demos import NO_NOTES, default_d2plan_demos, format_solved
 from rolecall.programs.d2plan.facts import D2PlanFacts, Refinement, Revision, d2plan_facts
+from rolecall.programs.d2plan.refs import answer_refs, drop_repeats, fill_answer_refs, has_answer_refs
 from rolecall.retrievers.base import Passage, Retriever
 from rolecall.signatures.d2plan import (
     Purify,
@@ -47,10 +48,6 @@ from rolecall.signatures.d2plan import (
     ReasonerRefine,
     ReasonerRevise,
     ReasonerStep,
-    answer_refs,
-    drop_repeats,
-    fill_answer_refs,
-    has_answer_refs,
 )
 from rolecall.signatures.types import is_null_answer
 

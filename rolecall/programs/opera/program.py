@@ -26,12 +26,13 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
-from rolecall.programs.core.demo_source import default_demos
+from rolecall.programs.core.plan import fill_placeholders
 from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages
 from rolecall.programs.core.trajectory import Trajectory
+from rolecall.programs.opera.demos import default_opera_demos
 from rolecall.retrievers.base import Passage, Retriever
 from rolecall.signatures.opera import AnalyzeAnswer, PlanSubGoals, RewriteQuery, SynthesizeAnswer
-from rolecall.signatures.types import CONFIDENCE_SCORES, fill_placeholders, is_null_answer
+from rolecall.signatures.types import CONFIDENCE_SCORES, is_null_answer
 
 __all__ = ["OPERA", "SubGoalResult"]
 
@@ -149,7 +150,7 @@ class OPERA(Program):
         if isinstance(demos, str):
             if demos != "auto":
                 raise ConfigError(f"demos must be 'auto', None or a dict role -> examples, got {demos!r}")
-            demos = default_demos("opera")
+            demos = default_opera_demos()
         if not isinstance(demos, dict):
             raise ConfigError(f"demos must be 'auto', None or a dict role -> examples, got {type(demos).__name__}")
         self.set_demos({role: d for role, d in demos.items() if role in self.roles})

@@ -33,8 +33,9 @@ from rolecall.programs.core.demo_source import (
     docs_by_id,
     filled_steps,
 )
-from rolecall.signatures.reap import SubTask, renumber_refs
-from rolecall.signatures.types import find_placeholders
+from rolecall.programs.core.plan import find_placeholders
+from rolecall.programs.reap.parse import renumber_refs
+from rolecall.signatures.reap import SubTask
 
 __all__ = ["reap_demos", "default_reap_demos", "plan_lines"]
 

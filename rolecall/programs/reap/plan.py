@@ -20,9 +20,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rolecall.programs.core.plan import fill_placeholders
 from rolecall.programs.core.trajectory import Trajectory
-from rolecall.signatures.reap import FactTuple, SubTask, renumber_refs, split_answers
-from rolecall.signatures.types import fill_placeholders, is_null_answer
+from rolecall.programs.reap.parse import renumber_refs
+from rolecall.signatures.reap import FactTuple, SubTask, split_answers
+from rolecall.signatures.types import is_null_answer
 
 __all__ = ["NodeStatus", "PlanNode", "TaskPlan", "LEVEL_RANK", "has_answer"]
 

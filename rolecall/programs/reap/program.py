@@ -33,6 +33,7 @@ from rolecall.errors import ConfigError
 from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages, parallel_map
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.programs.reap.demos import default_reap_demos
+from rolecall.programs.reap.parse import normalize_action, normalize_level, parse_plan, read_list, read_sections
 from rolecall.programs.reap.plan import PlanNode, TaskPlan, has_answer
 from rolecall.retrievers.base import Passage, Retriever
 from rolecall.signatures.reap import (
@@ -42,11 +43,6 @@ from rolecall.signatures.reap import (
     RepairPlan,
     SubTask,
     SynthesizeFromFacts,
-    normalize_action,
-    normalize_level,
-    parse_plan,
-    read_list,
-    read_sections,
 )
 from rolecall.signatures.types import is_null_answer
 

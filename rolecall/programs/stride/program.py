@@ -33,6 +33,7 @@ from typing import Any, Literal
 import dspy
 
 from rolecall.errors import ConfigError
+from rolecall.programs.core.plan import fill_placeholders
 from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages, parallel_map
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.programs.stride.demos import default_stride_demos, fit_demo
@@ -55,7 +56,7 @@ from rolecall.signatures.stride import (
     parse_facts,
     read_action,
 )
-from rolecall.signatures.types import fill_placeholders, is_null_answer
+from rolecall.signatures.types import is_null_answer
 
 __all__ = ["STRIDE", "ROLES"]
 

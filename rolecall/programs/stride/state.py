@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rolecall.programs.core.plan import fill_placeholders, find_placeholders
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.signatures.stride import Action
-from rolecall.signatures.types import fill_placeholders, find_placeholders, is_null_answer
+from rolecall.signatures.types import is_null_answer
 
 __all__ = [
     "SubQuestion",

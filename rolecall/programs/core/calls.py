@@ -1,0 +1,205 @@
+"""Recording one role call: the LM-call recorder, ChatAdapter's stop marker, token counts, and salvaging the fields a
+small model did write when DSPy's adapter rejected its whole output.
+
+:func:`salvage_fields` is the one place a raw completion is read back into fields: :meth:`Program.call_role` runs it on
+every failed call and keeps what it finds in ``step.meta["salvaged"]`` (and, with ``salvage=True``, returns it as the
+call's prediction), so no program re-parses completions itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from dspy.utils.callback import BaseCallback
+
+from rolecall.programs.core.trajectory import Step
+
+__all__ = [
+    "COMPLETED_MARKER",
+    "LMCallRecorder",
+    "is_local_lm",
+    "default_lm_kwargs",
+    "jsonable",
+    "first_line",
+    "count_tokens",
+    "completion_texts",
+    "read_sections",
+    "read_list",
+    "salvage_fields",
+]
+
+logger = logging.getLogger(__name__)
+
+COMPLETED_MARKER = "[[ ## completed ## ]]"
+"""ChatAdapter's end-of-output marker. Role calls stop on it by default: small models otherwise keep generating after it
+(SmolLM2-135M repeats its output until the token budget runs out)."""
+
+
+def is_local_lm(lm: Any) -> bool:
+    """Whether ``lm`` is a rolecall ``LocalLM`` (checked without importing torch when it cannot be one)."""
+    module = sys.modules.get("rolecall.lm.local")
+    return module is not None and isinstance(lm, module.LocalLM)
+
+
+class LMCallRecorder(BaseCallback):
+    """Records the messages and completions of the LM calls made while it is active (thread-safe).
+
+    One recorder serves one role call; it is installed with ``dspy.context(callbacks=[...])``, which DSPy keeps in a
+    context variable, so calls made on other threads at the same time go to their own recorders.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls: dict[str, dict[str, Any]] = {}
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        """Store the chat messages of a starting LM call."""
+        messages = inputs.get("messages")
+        if messages is None and inputs.get("prompt") is not None:
+            messages = [{"role": "user", "content": inputs["prompt"]}]
+        record = {"messages": [dict(m) for m in messages or []], "completions": [], "lm": instance, "error": None}
+        with self._lock:
+            self.calls[call_id] = record
+
+    def on_lm_end(self, call_id: str, outputs: Any | None, exception: BaseException | None = None) -> None:
+        """Store the raw completion text(s) of a finished LM call."""
+        texts = [_completion_text(o) for o in outputs] if isinstance(outputs, list) else []
+        with self._lock:
+            record = self.calls.get(call_id)
+            if record is not None:
+                record["completions"] = texts
+                record["error"] = None if exception is None else f"{type(exception).__name__}: {exception}"
+
+    def ordered(self) -> list[dict[str, Any]]:
+        """The recorded calls in start order."""
+        with self._lock:
+            return list(self.calls.values())
+
+
+def default_lm_kwargs(max_tokens: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """The default ``lm_kwargs`` of a program: stop on ChatAdapter's completion marker, and each role's token budget.
+
+    Example:
+        >>> default_lm_kwargs({"plan": 128})
+        {'*': {'stop': ['[[ ## completed ## ]]']}, 'plan': {'max_tokens': 128}}
+    """
+    return {"*": {"stop": [COMPLETED_MARKER]}, **{role: {"max_tokens": n} for role, n in max_tokens.items()}}
+
+
+def _completion_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, dict):
+        return str(output.get("text") or output.get("content") or "")
+    return str(output)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data (pydantic models dumped, unknown objects as strings)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    return str(value)
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:limit]
+
+
+def count_tokens(calls: list[dict[str, Any]]) -> tuple[int, int]:
+    """Tokenize recorded calls with the LM's own tokenizer when it is a ``LocalLM`` (else zeros)."""
+    prompt = completion = 0
+    for call in calls:
+        lm = call["lm"]
+        if not is_local_lm(lm):
+            continue
+        try:
+            prompt += len(lm.backend.encode_messages(call["messages"]))
+            completion += sum(
+                len(lm.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in call["completions"]
+            )
+        except Exception:  # token counts are diagnostics; never fail a call over them
+            logger.debug("token counting failed", exc_info=True)
+    return prompt, completion
+
+
+def read_sections(completion: str | None, names: Sequence[str]) -> dict[str, str]:
+    """The raw text of each ``[[ ## name ## ]]`` section of a ChatAdapter completion (or the keys of a JSON object).
+
+    Used to salvage what a small model did write when the adapter rejected the whole output (one field out of its
+    ``Literal``, a list written as lines). Missing sections are left out.
+
+    Example:
+        >>> read_sections("[[ ## answer ## ]]\\nVarn\\n\\n[[ ## level ## ]]\\ndirect", ["answer", "level"])
+        {'answer': 'Varn', 'level': 'direct'}
+    """
+    if not completion:
+        return {}
+    text = completion.strip()
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            return {k: data[k] if isinstance(data[k], str) else json.dumps(data[k]) for k in names if k in data}
+    headers = list(re.finditer(r"\[\[\s*##\s*(\w+)\s*##\s*\]\]", text))
+    out: dict[str, str] = {}
+    for i, header in enumerate(headers):
+        name = header.group(1)
+        end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
+        if name in names and name not in out:
+            out[name] = text[header.end() : end].strip()
+    return out
+
+
+def read_list(value: str) -> list[str]:
+    """A list field written as JSON (``["a", "b"]``) or as one item per line."""
+    value = value.strip()
+    if value.startswith("["):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            data = None
+        if isinstance(data, list):
+            return [str(x) for x in data]
+        value = value.strip("[]")
+    return [line.strip().strip('",').strip() for line in value.splitlines() if line.strip().strip('",').strip()]
+
+
+def completion_texts(step: Step) -> list[str]:
+    """Every raw completion of a recorded role call, the earliest attempt first (DSPy's ChatAdapter attempt before its
+    JSON fallback), then the sampled candidates of the last call (``n > 1``), then ``step.completion``; no repeats."""
+    texts = [c for a in step.meta.get("attempts", []) for c in a.get("completions", []) if c]
+    texts += [c for c in step.meta.get("completions", []) if c]
+    if step.completion:
+        texts.append(step.completion)
+    return list(dict.fromkeys(texts))
+
+
+def salvage_fields(step: Step, names: Sequence[str]) -> dict[str, str]:
+    """The fields named ``names`` readable in the raw completions of a role call (see :func:`read_sections`), the
+    first attempt's spelling winning; empty when nothing is readable.
+
+    Example:
+        >>> step = Step(kind="role", role="x", completion="[[ ## answer ## ]]\\nVarn\\n\\n[[ ## level ## ]]\\nbad")
+        >>> salvage_fields(step, ["answer", "level", "statement"])
+        {'answer': 'Varn', 'level': 'bad'}
+    """
+    out: dict[str, str] = {}
+    for text in completion_texts(step):
+        for key, value in read_sections(text, names).items():
+            out.setdefault(key, value)
+    return out

@@ -1,0 +1,124 @@
+"""Saving and loading a program: ``program.json`` (JSON state, no pickle) and one PEFT folder per LoRA adapter.
+
+Format 2 records the program's options, adapter groups, demo policy and the adapters trained demo-free next to DSPy's
+dumped state (demos, instructions, signatures). Format 1 (before adapter groups) is still read.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import dspy
+
+from rolecall.errors import ModelLoadError
+from rolecall.programs.core.calls import is_local_lm
+
+if TYPE_CHECKING:
+    from rolecall.programs.core.program import Program
+    from rolecall.retrievers.base import Retriever
+
+__all__ = ["save_program", "load_program", "STATE_FILE", "ADAPTER_DIR", "read_payload"]
+
+logger = logging.getLogger(__name__)
+
+P = TypeVar("P", bound="Program")
+
+STATE_FILE = "program.json"
+ADAPTER_DIR = "adapters"
+FORMAT_VERSION = 2
+
+
+def save_program(program: Program, path: Path) -> None:
+    """Write ``program`` to ``path`` (see :meth:`Program.save`)."""
+    path.mkdir(parents=True, exist_ok=True)
+    # LMs are not program state (and a custom engine may not be serializable): dump with them unbound
+    bound = {name: p.lm for name, p in program.named_predictors()}
+    try:
+        for _, p in program.named_predictors():
+            p.lm = None
+        state = program.dump_state()
+    finally:
+        for name, p in program.named_predictors():
+            p.lm = bound[name]
+    adapters: dict[str, str] = {}  # role -> adapter name; roles sharing one adapter save it once
+    for role in program.roles:
+        lm = program.role_lm(role)
+        if is_local_lm(lm) and lm.adapter is not None:
+            if lm.adapter not in adapters.values():
+                lm.save_adapter(path / ADAPTER_DIR / lm.adapter)
+            adapters[role] = lm.adapter
+    payload = {
+        "format_version": FORMAT_VERSION,
+        "program": f"{type(program).__module__}.{type(program).__qualname__}",
+        "config": program.config(),
+        "adapters": adapters,
+        "demo_free_adapters": sorted(program.demo_free_adapters),
+        "state": state,
+    }
+    (path / STATE_FILE).write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+
+
+def read_payload(path: Path) -> dict[str, Any]:
+    """The parsed ``program.json`` of a saved program directory.
+
+    Raises:
+        ModelLoadError: the file is missing or is not valid JSON.
+    """
+    file = path / STATE_FILE
+    if not file.is_file():
+        raise ModelLoadError(f"{file} does not exist; pass the directory written by Program.save")
+    try:
+        return json.loads(file.read_text())
+    except ValueError as err:
+        raise ModelLoadError(f"{file} is not valid JSON ({err}); save the program again") from err
+
+
+def load_program(cls: type[P], path: Path, *, retriever: Retriever | None = None, lm: dspy.LM | None = None) -> P:
+    """Rebuild a program of class ``cls`` from ``path`` (see :meth:`Program.load`)."""
+    payload = read_payload(path)
+    expected = f"{cls.__module__}.{cls.__qualname__}"
+    if payload.get("program") != expected:
+        raise ModelLoadError(
+            f"{path / STATE_FILE} holds a {payload.get('program')}, not a {expected}; load it with that class"
+        )
+    program = cls(retriever, lm=lm, demos=None, **_constructor_args(cls, payload.get("config", {})))
+    program.load_state(payload["state"])
+    for predictor in program.roles.values():  # DSPy restores demos as dicts; make them Examples again
+        inputs = list(predictor.signature.input_fields)
+        predictor.demos = [
+            dspy.Example(**d).with_inputs(*[k for k in inputs if k in d]) if isinstance(d, dict) else d
+            for d in predictor.demos
+        ]
+    if is_local_lm(lm):
+        views: dict[str, Any] = {}
+        for role, name in payload.get("adapters", {}).items():
+            if role not in program.roles:
+                continue
+            if name not in views:
+                folder = path / ADAPTER_DIR / name
+                if not folder.is_dir():  # format 1 wrote one folder per role
+                    folder = path / ADAPTER_DIR / role
+                views[name] = lm.load_adapter(folder, name=name)
+            program.set_role_lm(role, views[name])
+    for adapter in payload.get("demo_free_adapters", []):
+        if adapter in program.adapter_roles():
+            program.mark_trained(adapter, demo_free=True)
+    return program
+
+
+def _constructor_args(cls: type[Program], config: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments that rebuild a program from its saved ``config`` (format 2, or format 1's flat dict)."""
+    if "options" in config:
+        args = dict(config["options"])
+        for key in ("per_role_adapters", "lm_kwargs", "adapter_groups", "demo_policy"):
+            if key in config:
+                args[key] = config[key]
+        return args
+    params = inspect.signature(cls.__init__).parameters
+    option_names = {f for f in getattr(cls.Options, "__dataclass_fields__", {})}
+    base = {"per_role_adapters", "lm_kwargs"}
+    return {k: v for k, v in config.items() if k in option_names or k in base or k in params}

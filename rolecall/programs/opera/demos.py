@@ -1,0 +1,99 @@
+"""OPERA's built-in demos, built from gold decompositions (Small models need them: SmolLM2-135M parses DSPy's
+ChatAdapter format 0/5 zero-shot and 5/5 with three demos):
+
+- plan: question -> sub-goals, the gold ``#k`` references rewritten as ``[entity from step k]``;
+- analysis: (sub-question, gold passage + a distractor) -> yes + sub-answer; plus one (sub-question, distractors) -> no;
+- rewrite: (sub-question, distractors, missing information) -> a query naming the entity to look up;
+- synthesis: (question, sub-question -> answer lines) -> the answer.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+
+import dspy
+
+from rolecall.data.types import Document, Example
+from rolecall.programs.core.demo_source import (
+    as_corpus_mapping,
+    demo_passages,
+    distractor_docs,
+    docs_by_id,
+    filled_steps,
+    placeholder_plan,
+    select_examples,
+)
+from rolecall.programs.core.demos import built_in_demos
+
+__all__ = ["opera_demos", "default_opera_demos"]
+
+_NULL_ANSWER = "unknown"
+_NO_MISSING = "none"
+
+
+def opera_demos(
+    examples: Sequence[Example], corpus: Mapping[str, Document] | Sequence[Document], *, n: int = 3, seed: int = 0
+) -> dict[str, list[dspy.Example]]:
+    """Demos for OPERA's ``plan``, ``analysis``, ``rewrite`` and ``synthesis`` roles (``n`` each).
+
+    Args:
+        examples: examples with gold decompositions whose supporting ids are in ``corpus``.
+        corpus: documents by id (or a list of them), for the gold and distractor passages.
+        n: demos per role.
+        seed: picks the distractor passages.
+
+    Returns:
+        Role name -> list of ``dspy.Example`` with the role's input and output fields.
+    """
+    corpus = as_corpus_mapping(corpus)
+    rng = random.Random(seed)
+    chosen = select_examples(examples, n)
+    demos: dict[str, list[dspy.Example]] = {"plan": [], "analysis": [], "rewrite": [], "synthesis": []}
+    for e in chosen:
+        demos["plan"].append(dspy.Example(question=e.question, sub_goals=placeholder_plan(e)).with_inputs("question"))
+        evidence = "\n".join(f"{q} -> {s.answer}" for q, s in filled_steps(e))
+        demos["synthesis"].append(
+            dspy.Example(question=e.question, evidence=evidence, answer=e.answer).with_inputs("question", "evidence")
+        )
+    # analysis / rewrite use single sub-steps: the last step of each chosen example, then earlier ones
+    steps = [(q, s) for e in chosen for q, s in reversed(filled_steps(e)) if docs_by_id(corpus, s.supporting_ids)]
+    for i, (question, step) in enumerate(steps[: max(n - 1, 1)]):
+        gold = docs_by_id(corpus, step.supporting_ids)[:1]
+        noise = distractor_docs(corpus, step.supporting_ids, 1, rng)
+        shown = gold + noise if i % 2 == 0 else noise + gold
+        demos["analysis"].append(
+            dspy.Example(
+                sub_goal=question,
+                passages=demo_passages(shown),
+                sufficient="yes",
+                answer=step.answer,
+                confidence="high",
+                missing_information=_NO_MISSING,
+            ).with_inputs("sub_goal", "passages")
+        )
+    for i, (question, step) in enumerate(steps[:n]):
+        entity = docs_by_id(corpus, step.supporting_ids)[0].title
+        missing = f"a passage about {entity}"
+        noise = demo_passages(distractor_docs(corpus, step.supporting_ids, 2, rng))
+        if i == 0 and n > 1:  # the negative analysis demo
+            demos["analysis"].append(
+                dspy.Example(
+                    sub_goal=question,
+                    passages=noise,
+                    sufficient="no",
+                    answer=_NULL_ANSWER,
+                    confidence="low",
+                    missing_information=missing,
+                ).with_inputs("sub_goal", "passages")
+            )
+        demos["rewrite"].append(
+            dspy.Example(sub_goal=question, passages=noise, missing_information=missing, query=entity).with_inputs(
+                "sub_goal", "passages", "missing_information"
+            )
+        )
+    demos["analysis"] = demos["analysis"][:n]
+    return demos
+
+
+default_opera_demos = built_in_demos(opera_demos)
