@@ -7,9 +7,10 @@ Three agents, one signature each (Sec. 3.3):
 - Analysis-Answer Agent (Reason-Execute Module), Eq. 8: ``(p_i, D_i) -> (yes, a_i, c_i)`` or ``(no, ⊥, ρ_i)``.
 - Rewrite Agent (Reason-Execute Module): ``(p_i, D_i^insuf, ρ_i) -> q'_i``.
 
-``SynthesizeAnswer`` is the optional final step of the reference code. The paper's prompt templates are not published
-(its appendix shows empty boxes), so the instructions below are written from the role descriptions. They are short on
-purpose: the default model is SmolLM2-135M, and every instruction token is paid on every call.
+``SynthesizeAnswer`` is the final step of the reference code (on by default in rolecall's OPERA; the paper answers
+with the last sub-goal's answer). The paper's prompt templates are not published (its appendix shows empty boxes), so
+the instructions below are written from the role descriptions. They are short on purpose: the default model is
+SmolLM2-135M, and every instruction token is paid on every call.
 """
 
 from __future__ import annotations

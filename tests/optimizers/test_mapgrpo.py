@@ -49,12 +49,17 @@ def _adapter_weights(lm, role):
 
 def test_compile_trains_every_role_and_logs(world, tiny_model, smollm_tokenizer, tmp_path):
     program, lm = _program(world, tiny_model, smollm_tokenizer)
-    before = {r: _adapter_weights(lm, r) for r in ("plan", "analysis", "rewrite")}
+    assert "synthesis" in program.roles  # OPERA's default final synthesis: a role MAPGRPO does not train
+    before = {r: _adapter_weights(lm, r) for r in ("plan", "analysis", "rewrite", "synthesis")}
+    assert before["synthesis"]
     compiled = program.compile(optimizer=MAPGRPO(_config(tmp_path)), trainset=world.train)
     assert compiled is program
     for role in ("plan", "analysis", "rewrite"):
         after = _adapter_weights(lm, role)
         assert any(not torch.equal(after[n], before[role][n]) for n in after), f"{role} adapter did not change"
+    after = _adapter_weights(lm, "synthesis")
+    assert all(torch.equal(after[n], before["synthesis"][n]) for n in after), "the untrained synthesis adapter changed"
+    assert not (tmp_path / "run" / "adapters" / "synthesis").exists()
     log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
     assert [r["stage"] for r in log] == ["plan", "analysis", "rewrite"]
     for record in log:

@@ -35,17 +35,10 @@ _NO_MISSING = "none"
 def opera_demos(
     examples: Sequence[Example], corpus: Mapping[str, Document] | Sequence[Document], *, n: int = 3, seed: int = 0
 ) -> dict[str, list[dspy.Example]]:
-    """Demos for OPERA's ``plan``, ``analysis``, ``rewrite`` and ``synthesis`` roles (``n`` each).
-
-    Args:
-        examples: examples with gold decompositions whose supporting ids are in ``corpus``.
-        corpus: documents by id (or a list of them), for the gold and distractor passages.
-        n: demos per role.
-        seed: picks the distractor passages.
-
-    Returns:
-        Role name -> list of ``dspy.Example`` with the role's input and output fields.
-    """
+    """Up to ``n`` demos for each of OPERA's ``plan``, ``analysis``, ``rewrite`` and ``synthesis`` roles (a demo
+    builder as :mod:`rolecall.programs.core.demos` describes): the sub-goals come from the gold decompositions of
+    ``examples``, the gold and distractor passages (picked with ``seed``) from ``corpus``, a mapping id -> document or
+    a list of documents. Returns role -> ``dspy.Example`` s holding the role's input and output fields."""
     corpus = as_corpus_mapping(corpus)
     rng = random.Random(seed)
     chosen = select_examples(examples, n)
