@@ -10,13 +10,15 @@ Four LM roles; the Plan Updater is rule-based (see ``rolecall.programs.reap.plan
   model often copies a whole passage into ``evidence`` and runs out of tokens, and the fields the planner routes on
   are then already written and can be salvaged.
 - Re-Planner (for ``l_t`` = PartialClue / Failed): a pragmatic sufficiency check, then a scoped repair: edit the
-  sub-query, or prune its branch and inject new sub-tasks.
+  sub-query, or prune its branch and inject new sub-tasks. It sees the whole plan (the paper's Sub-task Planner
+  "maintains the global task plan"): every sub-task with its status and answer, not only the ones downstream.
 - Synthesizer: ``(Q, F) -> answer``.
 
 The paper does not publish its prompts; the instructions below are written from its role descriptions and kept short,
 because the default model (SmolLM2-135M) pays for every instruction token on every call. Outputs are flat (``str``,
-``list[str]``, a small ``Literal``); :func:`parse_plan` turns the Decomposer's lines into typed :class:`SubTask`\\ s and
-:func:`read_sections` recovers fields from a completion the adapter could not parse.
+``list[str]``, a small ``Literal``); ``rolecall.programs.reap.parse.parse_plan`` turns the Decomposer's lines into typed
+:class:`SubTask`\\ s, and ``Program.call_role(..., salvage=True)`` recovers fields from a completion the adapter could
+not parse.
 """
 
 from __future__ import annotations
@@ -116,15 +118,16 @@ class ExtractStructuredFact(dspy.Signature):
 
 
 class RepairPlan(dspy.Signature):
-    """A sub-question was not fully answered. Pick an action. sufficient: the fact is good enough to go on; give its
-    answer. edit: reword it as one better sub-question. replace: the approach failed; write new sub-questions numbered
-    from 1 (#N for their own answers, known names in full) to replace it and the sub-questions that depend on it."""
+    """The current sub-question of the plan was not fully answered. Pick an action. sufficient: the fact is good enough
+    to go on; give its answer. edit: reword it as one better sub-question. replace: the approach failed; write new
+    sub-questions numbered from 1 (#N for their own answers, known names in full) to replace it and the sub-questions
+    that depend on it."""
 
     question: str = dspy.InputField(desc="the main question")
     sub_question: str = dspy.InputField()
     fact: str = dspy.InputField(desc="what the fact extractor found")
     known_facts: str = dspy.InputField(desc="facts found so far, or none")
-    later_steps: str = dspy.InputField(desc="sub-questions that need this answer, or none")
+    plan: str = dspy.InputField(desc="every sub-question: [done: answer], [current], [pending], [failed] or [pruned]")
     action: ReplanAction = dspy.OutputField()
     answer: str = dspy.OutputField(desc="the usable answer if sufficient, else none")
     sub_questions: list[str] = dspy.OutputField(desc="the edited or new sub-questions; [] if sufficient")

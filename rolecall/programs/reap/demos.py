@@ -9,7 +9,8 @@ SmolLM2-135M only follows DSPy's ChatAdapter format with a few demos, so every r
   the answer);
 - replanner: one decision of each action: sufficient (a partial fact whose statement already holds the answer), edit
   (a sub-question left with an unresolved reference, repaired from a known fact) and replace (an undecomposed question
-  whose clue gives the first hop, replaced by the remaining hops with the clue written in full);
+  whose clue gives the first hop, replaced by the remaining hops with the clue written in full); each shows the whole
+  plan as the program does (:meth:`TaskPlan.view`, built by the real Plan Updater);
 - synthesizer: question + the gold sub-answers -> the answer.
 
 ``default_reap_demos()`` builds them once per process from ``default_demo_source()`` (the synthetic world seed 12345).
@@ -17,7 +18,6 @@ SmolLM2-135M only follows DSPy's ChatAdapter format with a few demos, so every r
 
 from __future__ import annotations
 
-import functools
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -27,29 +27,34 @@ import dspy
 from rolecall.data.types import Document, Example, SubStep
 from rolecall.programs.core.demo_source import (
     as_corpus_mapping,
-    default_demo_source,
     demo_passages,
     distractor_docs,
     docs_by_id,
     filled_steps,
 )
-from rolecall.programs.core.plan import find_placeholders
-from rolecall.programs.reap.parse import renumber_refs
+from rolecall.programs.core.demos import built_in_demos
+from rolecall.programs.core.plan import dependencies, renumber_references
+from rolecall.programs.reap.plan import TaskPlan
 from rolecall.signatures.reap import SubTask
 
-__all__ = ["reap_demos", "default_reap_demos", "plan_lines"]
+__all__ = ["reap_demos", "default_reap_demos", "plan_lines", "gold_tasks"]
 
 _TYPE_PREFERENCE = ("compositional", "comparison", "inference", "bridge_comparison", "single", "intersection")
 _NULL = "unknown"
 _PRONOUNS = {"It": "", "He": "", "She": "", "They": "", "Its": "'s", "His": "'s", "Her": "'s", "Their": "'s"}
 
 
-def plan_lines(steps: Sequence[SubStep]) -> list[str]:
-    """Gold sub-steps as Decomposer lines: ``"N. question (deps: ...)"``, deps read from the ``#k`` references."""
+def gold_tasks(steps: Sequence[SubStep]) -> list[SubTask]:
+    """Gold sub-steps as REAP sub-tasks ``(id, question, deps)``, deps read from the ``#k`` references."""
     return [
-        SubTask(id=i, question=s.question, deps=sorted({p.step for p in find_placeholders(s.question)})).line()
+        SubTask(id=i, question=s.question, deps=sorted(d for d in dependencies(s.question) if d < i))
         for i, s in enumerate(steps, start=1)
     ]
+
+
+def plan_lines(steps: Sequence[SubStep]) -> list[str]:
+    """Gold sub-steps as Decomposer lines: ``"N. question (deps: ...)"``."""
+    return [t.line() for t in gold_tasks(steps)]
 
 
 def _choose(examples: Sequence[Example], n: int) -> list[Example]:
@@ -65,7 +70,7 @@ def _choose(examples: Sequence[Example], n: int) -> list[Example]:
 
 def _is_chain(example: Example) -> bool:
     steps = example.decomposition or []
-    return len(steps) >= 2 and bool(find_placeholders(steps[1].question))
+    return len(steps) >= 2 and bool(dependencies(steps[1].question))
 
 
 def _evidence(doc: Document, answer: str) -> str:
@@ -190,56 +195,52 @@ def _extractor_demo(
 def _replanner_demo(
     kind: str, chain: Example | None, example: Example, corpus: Mapping[str, Document], rng: random.Random
 ) -> dspy.Example:
-    inputs = ("question", "sub_question", "fact", "known_facts", "later_steps")
-    if kind == "sufficient" or chain is None:
+    inputs = ("question", "sub_question", "fact", "known_facts", "plan")
+    if kind == "sufficient" or chain is None:  # the first sub-task of a fresh plan
         question, step = filled_steps(example)[0]
         _, statement = _fact(docs_by_id(corpus, step.supporting_ids)[0], step.answer)
+        plan = TaskPlan(gold_tasks(example.decomposition))
         return dspy.Example(
             question=example.question,
             sub_question=question,
             fact=f"level: PartialClue; statement: {statement}; answer: {_NULL}",
             known_facts="none",
-            later_steps="none",
+            plan=plan.view(plan.nodes["1"]),
             action="sufficient",
             answer=step.answer,
             sub_questions=[],
         ).with_inputs(*inputs)
     steps = filled_steps(chain)
-    (first_q, first), (second_q, second) = steps[0], steps[1]
+    (_, first), (second_q, _) = steps[0], steps[1]
     _, clue = _fact(docs_by_id(corpus, first.supporting_ids)[0], first.answer)
     if kind == "edit":  # the first hop failed, so its reference was left as its question; a known fact names it
-        broken = second.question.replace("#1", f"[{first_q.rstrip('?')}]")
+        plan = TaskPlan(gold_tasks(chain.decomposition))
+        plan.give_up(plan.nodes["1"])
+        broken = plan.nodes["2"]
         return dspy.Example(
             question=chain.question,
-            sub_question=broken,
+            sub_question=broken.question,
             fact=f"level: Failed; statement: {_NULL}; answer: {_NULL}",
             known_facts=f"- {clue}",
-            later_steps="none",
+            plan=plan.view(broken),
             action="edit",
             answer="none",
             sub_questions=[second_q],
         ).with_inputs(*inputs)
     # replace: the undecomposed question only gave the first hop; the remaining hops replace it, the clue in full
     rest = [SubStep(s.question.replace("#1", first.answer), s.answer) for _, s in steps[1:]]
-    rest = [SubStep(renumber_refs(s.question, {k: k - 1 for k in range(2, 10)}), s.answer) for s in rest]
+    rest = [SubStep(renumber_references(s.question, {k: k - 1 for k in range(2, 10)}), s.answer) for s in rest]
+    plan = TaskPlan([SubTask(id=1, question=chain.question)])  # the Decomposer's fallback: the question itself
     return dspy.Example(
         question=chain.question,
         sub_question=chain.question,
         fact=f"level: PartialClue; statement: {clue}; answer: {_NULL}",
         known_facts="none",
-        later_steps="none",
+        plan=plan.view(plan.nodes["1"]),
         action="replace",
         answer="none",
         sub_questions=plan_lines(rest),
     ).with_inputs(*inputs)
 
 
-@functools.lru_cache(maxsize=4)
-def _default_reap_demos(n: int) -> dict[str, tuple[dspy.Example, ...]]:
-    examples, corpus = default_demo_source()
-    return {role: tuple(demos) for role, demos in reap_demos(examples, corpus, n=n).items()}
-
-
-def default_reap_demos(*, n: int = 3) -> dict[str, list[dspy.Example]]:
-    """The built-in REAP demos (cached per process; each call returns fresh lists of copies)."""
-    return {role: [d.copy() for d in demos] for role, demos in _default_reap_demos(n).items()}
+default_reap_demos = built_in_demos(reap_demos)

@@ -1,30 +1,31 @@
-"""Reading REAP's flat role outputs: the Decomposer's plan lines, fact levels, re-plan actions (moved out of the
-signatures)."""
+"""REAP's line grammar: the Decomposer's plan lines, fact levels and re-plan actions as a small model writes them.
+
+The references inside a sub-question (``#k``, ``[type from step k]``) are read and rewritten by
+:mod:`rolecall.programs.core.plan`; fields of a completion the adapter rejected are salvaged by
+:meth:`~rolecall.programs.core.program.Program.call_role` (:mod:`rolecall.programs.core.calls`).
+"""
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from rolecall.programs.core.plan import find_placeholders
+from rolecall.programs.core.plan import find_references, renumber_references
 from rolecall.signatures.reap import REPLAN_ACTIONS, FactLevel, ReplanAction, SubTask
 from rolecall.signatures.types import is_null_answer
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Parsing the flat outputs.
-# ---------------------------------------------------------------------------------------------------------------------
+__all__ = ["parse_plan", "normalize_level", "normalize_action"]
+
 _NUMBERED = re.compile(r"^\s*(?:[-*\u2022]\s*)?(?:(?:step|task|sub-?question|q)\s*)?#?(\d+)\s*[.):\]-]\s*(.*)$", re.I)
 _DEPS = re.compile(r"\(?\s*\b(?:deps?|depends\s+on|dependencies)\b\s*[:=]?\s*([^)]*)\)?\s*$", re.I)
-_REF = re.compile(r"#(\d+)\b|(\[\s*[^\[\]]*?\s+from\s+step\s+)(\d+)(\s*\])", re.I)
 
 
 def parse_plan(lines: Sequence[str] | str) -> tuple[list[SubTask], list[str]]:
     """Parse Decomposer lines into sub-tasks with ids ``1..n``, robust to what a small model writes.
 
     Accepted per line: an optional number (``"2."``, ``"2)"``, ``"Step 2:"``), the sub-question, and an optional
-    ``(deps: 1, 2)`` / ``(deps: none)`` clause. A sub-task's deps are the listed ids plus the ids its ``#k`` (or
-    ``[type from step k]``) references name. Ids are renumbered by position (references rewritten to match) when the
+    ``(deps: 1, 2)`` / ``(deps: none)`` clause. A sub-task's deps are the listed ids plus the ids its references
+    (``#k``, ``[type from step k]``) name. Ids are renumbered by position (references rewritten to match) when the
     written ids are missing, repeated or not ``1..n``; a dependency on the sub-task itself or a later one is dropped,
     so the plan is always acyclic. Empty and repeated questions are skipped (references to a repeat point to the first).
 
@@ -40,13 +41,8 @@ def parse_plan(lines: Sequence[str] | str) -> tuple[list[SubTask], list[str]]:
         ([(1, 'Who directed Film X?', []), (2, 'Where was #1 born?', [1])], [])
     """
     raw_lines = [lines] if isinstance(lines, str) else [str(x) for x in lines]
-    entries: list[tuple[int | None, str, list[int]]] = []
+    entries = [parsed for item in raw_lines for line in item.splitlines() if (parsed := _parse_line(line))]
     notes: list[str] = []
-    for item in raw_lines:
-        for line in item.splitlines():
-            parsed = _parse_line(line)
-            if parsed is not None:
-                entries.append(parsed)
     written = [e[0] for e in entries]
     positional = any(i is None for i in written) or len(set(written)) != len(written)
     if positional and any(i is not None for i in written):
@@ -66,8 +62,8 @@ def parse_plan(lines: Sequence[str] | str) -> tuple[list[SubTask], list[str]]:
         tasks.append(SubTask(id=new_id, question=question, deps=deps))  # deps still in written ids
     out: list[SubTask] = []
     for task in tasks:
-        question = renumber_refs(task.question, mapping)
-        wanted = [mapping.get(d, -1) for d in task.deps] + [p.step for p in find_placeholders(question)]
+        question = renumber_references(task.question, mapping)
+        wanted = [mapping.get(d, -1) for d in task.deps] + [r.step for r in find_references(question)]
         deps = sorted({d for d in wanted if 1 <= d < task.id})
         dropped = sorted({d for d in wanted if not 1 <= d < task.id})
         if dropped:
@@ -95,24 +91,6 @@ def _parse_line(line: str) -> tuple[int | None, str, list[int]] | None:
     return written_id, text, deps
 
 
-def renumber_refs(text: str, mapping: Mapping[int, int]) -> str:
-    """Rewrite each ``#k`` / ``[type from step k]`` reference as ``mapping[k]`` (unknown ``k`` stay as written).
-
-    Example:
-        >>> renumber_refs("Where was #1 born, after [year from step 2]?", {1: 4, 2: 5})
-        'Where was #4 born, after [year from step 5]?'
-    """
-
-    def sub(m: re.Match[str]) -> str:
-        if m.group(1) is not None:
-            k = int(m.group(1))
-            return f"#{mapping.get(k, k)}"
-        k = int(m.group(3))
-        return f"{m.group(2)}{mapping.get(k, k)}{m.group(4)}"
-
-    return _REF.sub(sub, text)
-
-
 def normalize_level(value: str | None) -> FactLevel:
     """Map a loosely written level (``"direct answer"``, ``"partial"``, ``"fail"``) onto :data:`FactLevel`.
 
@@ -129,53 +107,14 @@ def normalize_level(value: str | None) -> FactLevel:
 
 
 def normalize_action(value: str | None) -> ReplanAction | None:
-    """Map a loosely written Re-Planner action onto :data:`ReplanAction` (None when it names none of them)."""
+    """Map a loosely written Re-Planner action onto :data:`ReplanAction` (None when it names none of them).
+
+    Example:
+        >>> normalize_action("Sufficient."), normalize_action("retry")
+        ('sufficient', None)
+    """
     text = re.sub(r"[^a-z]", "", str(value or "").lower())
     for action in REPLAN_ACTIONS:
         if text.startswith(action):
             return action  # type: ignore[return-value]
     return None
-
-
-def read_sections(completion: str | None, names: Sequence[str]) -> dict[str, str]:
-    """The raw text of each ``[[ ## name ## ]]`` section of a ChatAdapter completion (or the keys of a JSON object).
-
-    Used to salvage what a small model did write when the adapter rejected the whole output (one field out of its
-    ``Literal``, a list written as lines). Missing sections are left out.
-
-    Example:
-        >>> read_sections("[[ ## answer ## ]]\\nVarn\\n\\n[[ ## level ## ]]\\ndirect", ["answer", "level"])
-        {'answer': 'Varn', 'level': 'direct'}
-    """
-    if not completion:
-        return {}
-    text = completion.strip()
-    if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
-            return {k: data[k] if isinstance(data[k], str) else json.dumps(data[k]) for k in names if k in data}
-    headers = list(re.finditer(r"\[\[\s*##\s*(\w+)\s*##\s*\]\]", text))
-    out: dict[str, str] = {}
-    for i, header in enumerate(headers):
-        name = header.group(1)
-        end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
-        if name in names and name not in out:
-            out[name] = text[header.end() : end].strip()
-    return out
-
-
-def read_list(value: str) -> list[str]:
-    """A list field written as JSON (``["a", "b"]``) or as one item per line."""
-    value = value.strip()
-    if value.startswith("["):
-        try:
-            data = json.loads(value)
-        except ValueError:
-            data = None
-        if isinstance(data, list):
-            return [str(x) for x in data]
-        value = value.strip("[]")
-    return [line.strip().strip('",').strip() for line in value.splitlines() if line.strip().strip('",').strip()]

@@ -20,13 +20,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rolecall.programs.core.plan import fill_placeholders
+from rolecall.programs.core.plan import fill_references, renumber_references
 from rolecall.programs.core.trajectory import Trajectory
-from rolecall.programs.reap.parse import renumber_refs
 from rolecall.signatures.reap import FactTuple, SubTask, split_answers
 from rolecall.signatures.types import is_null_answer
 
-__all__ = ["NodeStatus", "PlanNode", "TaskPlan", "LEVEL_RANK", "has_answer"]
+__all__ = ["NodeStatus", "PlanNode", "TaskPlan", "LEVEL_RANK", "has_answer", "plan_view_line"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,13 +71,13 @@ class PlanNode:
         """The sub-query as asked now: the edited wording, else the question with its references filled."""
         if self.query:
             return self.query
-        filled, _ = fill_placeholders(self.task.question, self.values)
+        filled, _ = fill_references(self.task.question, self.values)
         return filled
 
     @property
     def unresolved(self) -> list[str]:
         """References in the question that have no substituted value yet."""
-        return fill_placeholders(self.task.question, self.values)[1] if not self.query else []
+        return fill_references(self.task.question, self.values)[1] if not self.query else []
 
     @property
     def best_fact(self) -> FactTuple | None:
@@ -169,9 +168,22 @@ class TaskPlan:
         ]
         return visible[-limit:] if limit > 0 else []
 
-    def lines(self, nodes: list[PlanNode]) -> str:
-        """``"N. question (deps: ...)"`` lines of ``nodes`` as they read now, or ``"none"``."""
-        return "\n".join(f"{n.task.id}. {n.question}" for n in nodes) or "none"
+    def view(self, current: PlanNode | None = None) -> str:
+        """The whole plan as the Re-Planner sees it: every node in creation order, its question as it reads now and
+        its status (see :func:`plan_view_line`; ``current`` is marked ``current``).
+
+        Example:
+            >>> plan = TaskPlan([SubTask(id=1, question="Who directed X?"), SubTask(id=2, question="Where was #1 born?",
+            ...                  deps=[1])])
+            >>> _ = plan.resolve(plan.nodes["1"], "Ada Quell")
+            >>> print(plan.view(plan.nodes["2"]))
+            1. Who directed X? [done: Ada Quell]
+            2. Where was Ada Quell born? [current]
+        """
+        return "\n".join(
+            plan_view_line(n.uid, n.question, "current" if n is current else n.status, n.answer)
+            for n in self.nodes.values()
+        )
 
     def summary(self) -> list[dict[str, Any]]:
         """Every node as a plain dict (for the prediction and evaluation records)."""
@@ -266,14 +278,14 @@ class TaskPlan:
     # ------------------------------------------------------------------ Re-Planner repairs
     def edit(self, node: PlanNode, new_question: str) -> None:
         """Local repair: ask ``node`` again with ``new_question`` (references to earlier sub-tasks filled)."""
-        filled, _ = fill_placeholders(new_question, {d: v for d, v in node.values.items()})
+        filled, _ = fill_references(new_question, {d: v for d, v in node.values.items()})
         node.query = filled.strip()
         node.repairs += 1
 
     def replace(self, node: PlanNode, tasks: list[SubTask]) -> tuple[list[str], list[str]]:
         """Systemic repair: prune ``node`` and everything downstream of it, inject ``tasks`` into its branch.
 
-        ``tasks`` are numbered from 1 among themselves (as :func:`~rolecall.signatures.reap.parse_plan` returns
+        ``tasks`` are numbered from 1 among themselves (as :func:`~rolecall.programs.reap.parse.parse_plan` returns
         them); they get fresh ids after the plan's largest.
 
         Returns:
@@ -287,7 +299,7 @@ class TaskPlan:
         for t in tasks:
             new_id = mapping[t.id]
             uid = f"{new_id}@{node.branch}" if node.branch else str(new_id)
-            question = renumber_refs(t.question, mapping)
+            question = renumber_references(t.question, mapping)
             deps = [mapping[d] for d in t.deps if d in mapping]
             sub = SubTask(id=new_id, question=question, deps=deps)
             sources = {d: (f"{d}@{node.branch}" if node.branch else str(d)) for d in deps}
@@ -308,3 +320,15 @@ def _on_path(branch: str, of: str) -> bool:
 def has_answer(fact: FactTuple | None) -> bool:
     """Whether ``fact`` carries a non-null answer."""
     return fact is not None and not is_null_answer(fact.answer) and bool(fact.answers)
+
+
+def plan_view_line(label: str, question: str, status: str, answer: str = "") -> str:
+    """One line of the plan the Re-Planner sees: ``"2. Where was Ada Quell born? [done: Varn]"``; the status is
+    ``done: <answer>``, ``current`` (the sub-task being repaired), ``pending``, ``failed`` or ``pruned``.
+
+    Example:
+        >>> plan_view_line("2@1.1", "When was #2 released?", "pending")
+        '2@1.1. When was #2 released? [pending]'
+    """
+    state = f"done: {answer}" if status == "done" else status
+    return f"{label}. {question} [{state}]"

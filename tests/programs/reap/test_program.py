@@ -1,25 +1,19 @@
-"""REAP with scripted LMs: the rule-based Plan Updater (substitution, forks, repairs), the Planner-Extractor loop
-and its routing by fact level, the Re-Planner's actions, the ablation flag, budgets, malformed output, demos,
-save / load and BootstrapFewShot."""
+"""REAP with scripted LMs: the Planner-Extractor loop (one ready sub-task per iteration by default) and its routing by
+fact level, the Re-Planner's actions and the whole plan it sees, the ablation flag, budgets, malformed output,
+adapter groups, save / load and BootstrapFewShot."""
 
 from __future__ import annotations
 
-import re
 import threading
-import typing
 
 import dspy
 import pytest
+from dspy.adapters.chat_adapter import FieldInfoWithName
 from dspy.utils.dummies import DummyLM
 
 from rolecall.errors import ConfigError
-from rolecall.programs.core.demo_source import HANDWRITTEN_CORPUS, HANDWRITTEN_EXAMPLES
-from rolecall.programs.core.trajectory import Trajectory
-from rolecall.programs.reap.demos import reap_demos
-from rolecall.programs.reap.plan import TaskPlan
 from rolecall.programs.reap.program import REAP
 from rolecall.retrievers.base import Passage
-from rolecall.signatures.reap import ExtractStructuredFact, FactTuple, RepairPlan, SubTask
 from rolecall.utils import SchemaLM, ScriptedTextLM
 
 FAILED = {
@@ -52,69 +46,6 @@ def repair(action: str, answer: str = "none", *sub_questions: str) -> dict:
 
 def events(pred, name: str | None = None) -> list:
     return [s for s in pred.trajectory.steps if s.kind == "event" and (name is None or s.role == name)]
-
-
-def tasks(*questions: str) -> list[SubTask]:
-    return [
-        SubTask(id=i, question=q, deps=sorted({int(d) for d in re.findall(r"#(\d+)", q)}))
-        for i, q in enumerate(questions, start=1)
-    ]
-
-
-# ---------------------------------------------------------------------------------------------------------------- plan
-def test_plan_updater_substitutes_answers_into_dependents():
-    p = TaskPlan(tasks("Who directed X?", "Where was #1 born?", "Who made Y?"))
-    assert [n.uid for n in p.ready()] == ["1", "3"]
-    trajectory = Trajectory()
-    assert p.resolve(p.nodes["1"], "Ada Quell", trajectory, iteration=1) == ["2"]
-    assert [n.question for n in p.ready()] == ["Where was Ada Quell born?", "Who made Y?"]
-    assert trajectory.steps[0].role == "plan_update" and trajectory.steps[0].meta["substituted_into"] == ["2"]
-
-
-def test_plan_updater_forks_single_dependency_chains_and_joins_for_multi_dependency_tasks():
-    p = TaskPlan(
-        tasks("Which countries border X?", "What is the capital of #1?", "How big is #2?", "Compare #3 and #1")
-    )
-    trajectory = Trajectory()
-    touched = p.resolve(p.nodes["1"], "Aland; Borv", trajectory)
-    assert list(p.nodes) == ["1", "2@1.1", "3@1.1", "4@1.1", "2@1.2", "3@1.2", "4@1.2"]
-    assert set(touched) == {"2@1.1", "4@1.1", "2@1.2", "4@1.2"}
-    assert [n.question for n in p.ready()] == ["What is the capital of Aland?", "What is the capital of Borv?"]
-    assert p.nodes["3@1.2"].sources == {2: "2@1.2"} and p.nodes["4@1.1"].sources == {3: "3@1.1", 1: "1"}
-    assert p.nodes["4@1.1"].values == {1: "Aland, Borv"}  # the comparison sees both answers, in its own branch
-    fork = [s for s in trajectory.steps if s.role == "fork"][0]
-    assert fork.meta["answers"] == ["Aland", "Borv"] and fork.meta["branches"] == ["1.1", "1.2"]
-    # a task that needs two earlier answers is not forked; it gets the joined list
-    p = TaskPlan(tasks("Members of band X?", "Members of band Y?", "Who is in both #1 and #2?"))
-    p.resolve(p.nodes["1"], "A; B")
-    assert list(p.nodes) == ["1", "2", "3"] and p.nodes["3"].values == {1: "A, B"}
-
-
-def test_fork_is_capped_by_max_branches_and_facts_stay_on_their_branch():
-    p = TaskPlan(tasks("Which films?", "When was #1 released?"), max_branches=2)
-    trajectory = Trajectory()
-    p.resolve(p.nodes["1"], "F1; F2; F3", trajectory)
-    assert [n.uid for n in p.ready()] == ["2@1.1", "2@1.2"]
-    truncated = [s for s in trajectory.steps if s.role == "fork_truncated"][0]
-    assert truncated.error and truncated.meta["dropped"] == ["F3"]
-    p.nodes["1"].facts.append(FactTuple(statement="Films F1, F2, F3.", answer="F1; F2; F3", level="DirectAnswer"))
-    p.nodes["2@1.1"].facts.append(FactTuple(statement="F1 came out in 1950.", answer="1950", level="DirectAnswer"))
-    assert [f.statement for f in p.lineage_facts(p.nodes["2@1.2"], 4)] == ["Films F1, F2, F3."]
-    assert [f.statement for f in p.lineage_facts(p.nodes["2@1.1"], 1)] == ["F1 came out in 1950."]
-
-
-def test_plan_repairs_edit_replace_and_give_up():
-    p = TaskPlan(tasks("Who directed X?", "Where was #1 born?", "Who made Y?"))
-    pruned, injected = p.replace(p.nodes["1"], tasks("Who is X's director?", "Who is #1's agent?"))
-    assert pruned == ["1", "2"] and injected == ["4", "5"]
-    assert p.nodes["5"].task.question == "Who is #4's agent?" and p.nodes["5"].sources == {4: "4"}
-    assert [n.uid for n in p.ready()] == ["3", "4"] and p.nodes["2"].status == "pruned"
-    p.edit(p.nodes["3"], "Which studio made the film Y?")
-    assert p.nodes["3"].question == "Which studio made the film Y?" and p.nodes["3"].repairs == 1
-    p.give_up(p.nodes["4"], Trajectory())
-    assert p.nodes["5"].question == "Who is [Who is X's director]'s agent?" and p.nodes["4"].status == "failed"
-    p.resolve(p.nodes["3"], "unknown")  # a null answer leaves the sub-task unanswered
-    assert p.nodes["3"].status == "failed" and p.finished is False and [n.uid for n in p.ready()] == ["5"]
 
 
 # ---------------------------------------------------------------------------------------------------------------- loop
@@ -166,7 +97,8 @@ def test_several_answers_fork_branches_that_run_concurrently(make_retriever):
             "## question ## ]]\nWhen were": plan("1. Which films did Ada Quell direct?", "2. When was #1 released?"),
         }
     )
-    pred = REAP(make_retriever(fn), lm=lm, demos=None)(question="When were Ada Quell's films released?")
+    program = REAP(make_retriever(fn), lm=lm, demos=None, max_tasks_per_iteration=4)
+    pred = program(question="When were Ada Quell's films released?")
     assert pred.answer == "1950 and 1960" and pred.iterations == 2
     assert [s["sub_task"] for s in pred.sub_tasks] == ["1", "2@1.1", "2@1.2"]
     fork = events(pred, "fork")[0]
@@ -177,6 +109,65 @@ def test_several_answers_fork_branches_that_run_concurrently(make_retriever):
     assert {q for q, t in threads if t != main} == {"When was Film A released?", "When was Film B released?"}
     facts = pred.trajectory.role_steps("synthesizer")[0].inputs["facts"]
     assert "When was Film A released? -> 1950" in facts and "When was Film B released? -> 1960" in facts
+
+
+def test_one_ready_sub_task_per_iteration_by_default(make_retriever):
+    threads = []
+
+    def fn(q, k):
+        threads.append(threading.get_ident())
+        return [Passage(f"d-{q}", q, q)]
+
+    lm = DummyLM(
+        {
+            "## facts ## ]]": {"answer": "1950 and 1960"},
+            "## sub_question ## ]]\nWhich films did Ada Quell direct?": fact("Film A; Film B"),
+            "## sub_question ## ]]\nWhen was Film A released?": fact("1950"),
+            "## sub_question ## ]]\nWhen was Film B released?": fact("1960"),
+            "## question ## ]]\nWhen were": plan("1. Which films did Ada Quell direct?", "2. When was #1 released?"),
+        }
+    )
+    pred = REAP(make_retriever(fn), lm=lm, demos=None)(question="When were Ada Quell's films released?")
+    assert pred.answer == "1950 and 1960" and pred.iterations == 3  # the two forked branches take one iteration each
+    steps = pred.trajectory.role_steps("extractor")
+    assert [(s.meta["sub_task"], s.meta["iteration"]) for s in steps] == [("1", 1), ("2@1.1", 2), ("2@1.2", 3)]
+    assert set(threads) == {threading.get_ident()}
+
+
+def test_max_iterations_bounds_the_extractions(retriever):
+    questions = [f"{i}. Who made film {i}?" for i in range(1, 9)]  # eight independent sub-tasks, all ready at once
+    lm = DummyLM([plan(*questions), *[fact(f"A{i}") for i in range(1, 9)], {"answer": "x"}])
+    pred = REAP(retriever, lm=lm, demos=None, max_sub_tasks=8, parallel=False)(question="Who made the films?")
+    assert len(pred.trajectory.role_steps("extractor")) == 5 == pred.iterations
+    assert events(pred, "budget_exhausted")[0].meta["pending"] == ["6", "7", "8"]
+    lm = DummyLM([plan(*questions), *[fact(f"A{i}") for i in range(1, 9)], {"answer": "x"}])
+    batched = REAP(retriever, lm=lm, demos=None, max_sub_tasks=8, max_tasks_per_iteration=4, parallel=False)
+    pred = batched(question="Who made the films?")
+    assert len(pred.trajectory.role_steps("extractor")) == 8 and pred.iterations == 2
+    assert [s.meta["iteration"] for s in pred.trajectory.role_steps("extractor")] == [1] * 4 + [2] * 4
+
+
+def test_replanner_sees_the_whole_plan(retriever):
+    lm = DummyLM(
+        [
+            plan("1. Who directed Film X?", "2. Which studio made Film Y?", "3. Did #1 work for #2?"),
+            fact("Ada Quell"),
+            fact("unknown", "PartialClue", "Film Y was shot at Morrow Lot."),
+            repair("sufficient", "Morrow Studios"),
+            fact("yes"),
+            {"answer": "yes"},
+        ]
+    )
+    pred = REAP(retriever, lm=lm, demos=None)(question="Did the director of Film X work for the studio of Film Y?")
+    assert pred.answer == "yes"
+    (step,) = pred.trajectory.role_steps("replanner")
+    assert step.inputs["sub_question"] == "Which studio made Film Y?"
+    assert step.inputs["plan"].splitlines() == [
+        "1. Who directed Film X? [done: Ada Quell]",  # not on the failing node's lineage, still shown
+        "2. Which studio made Film Y? [current]",
+        "3. Did Ada Quell work for #2? [pending]",
+    ]
+    assert retriever.calls[-1][0] == "Did Ada Quell work for Morrow Studios?"
 
 
 def test_replanner_sufficient_resolves_a_partial_clue(retriever):
@@ -193,7 +184,8 @@ def test_replanner_sufficient_resolves_a_partial_clue(retriever):
     assert pred.answer == "Varn" and retriever.calls[1][0] == "Where was Ada Quell born?"
     step = pred.trajectory.role_steps("replanner")[0]
     assert step.inputs["fact"].startswith("level: PartialClue; statement: Film X is an Ada Quell picture.")
-    assert step.inputs["later_steps"] == "2. Where was #1 born?" and step.meta["sub_task"] == "1"
+    assert step.inputs["plan"] == "1. Who directed Film X? [current]\n2. Where was #1 born? [pending]"
+    assert step.meta["sub_task"] == "1"
     assert events(pred, "replan")[0].meta["action"] == "sufficient"
 
 
@@ -240,7 +232,7 @@ def test_replanner_replace_prunes_the_branch_and_injects_sub_tasks(retriever):
 
 def test_unusable_repairs_fall_back_to_the_rule_based_updater(retriever):
     lm = DummyLM(
-        [plan("1. a?", "2. b?"), FAILED, FAILED, repair("replace"), repair("edit", "none", "b?"), {"answer": "x"}]
+        [plan("1. a?", "2. b?"), FAILED, repair("replace"), FAILED, repair("edit", "none", "b?"), {"answer": "x"}]
     )
     pred = REAP(retriever, lm=lm, demos=None, parallel=False)(question="q?")
     reasons = [e.meta["reason"] for e in events(pred, "fallback")]
@@ -340,43 +332,89 @@ def test_empty_retrieval_is_recorded(make_retriever):
 
 
 # ---------------------------------------------------------------------------------------------------------------- setup
-def test_auto_demos_cover_every_role_level_and_action():
-    program = REAP()
-    assert {role: len(p.demos) for role, p in program.roles.items()} == {
-        "decomposer": 3,
-        "extractor": 3,
-        "replanner": 3,
-        "synthesizer": 3,
-    }
-    for predictor in program.roles.values():
-        fields = set(predictor.signature.input_fields) | set(predictor.signature.output_fields)
-        assert all(set(d.toDict()) == fields for d in predictor.demos)
-    lines = [line for d in program.decomposer.demos for line in d.plan]
-    assert all(re.fullmatch(r"\d+\. .+ \(deps: (none|[\d, ]+)\)", line) for line in lines)
-    assert any("#1" in line for line in lines)
-    assert {d.level for d in program.extractor.demos} == set(
-        typing.get_args(ExtractStructuredFact.output_fields["level"].annotation)
-    )
-    assert {d.action for d in program.replanner.demos} == set(
-        typing.get_args(RepairPlan.output_fields["action"].annotation)
-    )
-    assert all(len(d.passages) < 700 for d in program.extractor.demos)
-    assert "replanner" not in REAP(use_replanner=False).roles
-    handwritten = reap_demos(HANDWRITTEN_EXAMPLES, HANDWRITTEN_CORPUS)
-    assert all(len(v) == 3 for v in handwritten.values())
-
-
 def test_custom_demos_and_option_validation():
     custom = {"decomposer": [dspy.Example(question="q", plan=["1. q"]).with_inputs("question")]}
     program = REAP(demos=custom)
     assert len(program.decomposer.demos) == 1 and program.extractor.demos == []
-    with pytest.raises(ConfigError, match="unknown REAP roles"):
+    with pytest.raises(ConfigError, match="unknown roles"):
         REAP(demos={"planner": []})
     with pytest.raises(ConfigError):
         REAP(demos="best")
     for bad in ({"top_k": 0}, {"max_iterations": 0}, {"max_repairs": -1}, {"max_passage_chars": 10}):
         with pytest.raises(ConfigError):
             REAP(demos=None, **bad)
+    assert REAP(use_replanner=False, demos={"replanner": []}).roles.keys() == {"decomposer", "extractor", "synthesizer"}
+
+
+def test_decomposer_and_replanner_share_the_planner_adapter(retriever):
+    class AdapterView(DummyLM):
+        """A scripted LoRA adapter view: like a ``LocalLM`` view, its ``adapter`` attribute names its adapter (DummyLM
+        keeps the ChatAdapter it formats answers with in that attribute, so it is held elsewhere here)."""
+
+        def __init__(self, answers, adapter):
+            super().__init__(answers)
+            self.chat, self.adapter = self.adapter, adapter
+
+        def _format_answer_fields(self, values):
+            fields = {FieldInfoWithName(name=name, info=dspy.OutputField()): v for name, v in values.items()}
+            return self.chat.format_field_with_value(fields)
+
+    class FakeLocalLM:
+        """A LocalLM stand-in: ``for_role(name)`` gives a scripted view whose ``adapter`` is ``name``."""
+
+        def __init__(self, answers):
+            self.answers, self.views = answers, {}
+
+        def for_role(self, name):
+            self.views[name] = AdapterView(self.answers, name)
+            return self.views[name]
+
+    local = FakeLocalLM(
+        {
+            "[current]": repair("sufficient", "Varn"),
+            "## facts ## ]]": {"answer": "Varn"},
+            "## passages ## ]]": fact("unknown", "PartialClue", "Ada Quell lived in Varn."),
+            "## question ## ]]": plan("1. Where was Ada Quell born?"),
+        }
+    )
+    program = REAP(retriever, demos=None)
+    assert program.adapter_groups == {"planner": ["decomposer", "replanner"]}
+    assert program.adapter_roles() == {
+        "planner": ["decomposer", "replanner"],
+        "extractor": ["extractor"],
+        "synthesizer": ["synthesizer"],
+    }
+    program.bind_role_adapters(local)
+    assert sorted(local.views) == ["extractor", "planner", "synthesizer"]
+    assert program.role_lm("decomposer") is program.role_lm("replanner") is local.views["planner"]
+    assert program.role_lm("extractor") is local.views["extractor"]
+    pred = program(question="Where was Ada Quell born?")
+    assert pred.answer == "Varn"
+    assert [(s.role, s.adapter) for s in pred.trajectory.role_steps()] == [
+        ("decomposer", "planner"),
+        ("extractor", "extractor"),
+        ("replanner", "planner"),
+        ("synthesizer", "synthesizer"),
+    ]
+    per_role = REAP(retriever, demos=None, adapter_groups={})  # one adapter per role stays available
+    assert per_role.adapter_name("replanner") == "replanner" and per_role.adapter_name("decomposer") == "decomposer"
+    assert REAP(demos=None, use_replanner=False).adapter_roles()["planner"] == ["decomposer"]
+
+
+@pytest.mark.slow
+def test_a_local_lm_binds_one_planner_adapter_and_save_load_keeps_it(retriever, tiny_model, smollm_tokenizer, tmp_path):
+    from rolecall.lm import LocalLM
+
+    lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=4)
+    program = REAP(retriever, lm=lm, demos=None)
+    adapters = {"decomposer": "planner", "extractor": "extractor", "replanner": "planner", "synthesizer": "synthesizer"}
+    assert {r: program.role_lm(r).adapter for r in program.roles} == adapters
+    assert program.role_lm("decomposer") is program.role_lm("replanner")
+    program.save(tmp_path / "reap")
+    assert sorted(p.name for p in (tmp_path / "reap" / "adapters").iterdir()) == ["extractor", "planner", "synthesizer"]
+    loaded = REAP.load(tmp_path / "reap", retriever=retriever, lm=lm)
+    assert {r: loaded.role_lm(r).adapter for r in loaded.roles} == adapters
+    assert loaded.adapter_groups == {"planner": ["decomposer", "replanner"]}
 
 
 def test_save_load_round_trip(tmp_path, retriever):
