@@ -1,5 +1,5 @@
 """The role signatures of D2Plan (Luo, Wu and Feng, "D2Plan: Dual-Agent Dynamic Global Planning for Complex
-Retrieval-Augmented Reasoning", arXiv 2601.08282), and its ``#A_j`` answer placeholders.
+Retrieval-Augmented Reasoning", arXiv 2601.08282).
 
 D2Plan has two agents (Sec. 2.1). The Reasoner is, in the paper, one multi-turn generation with tags: it assesses the
 question's complexity, writes a ``<plan>`` of ordered sub-questions (``#A_j`` stands for the answer of sub-question
@@ -9,16 +9,15 @@ one per tag-delimited part of the paper's trajectory; the ``reasoner_`` prefix o
 policy (SPlanRL trains the Reasoner as a whole):
 
 - ``ReasonerPlan``: ``q -> (complexity, plan)``; a single-hop question is not decomposed.
-- ``ReasonerStep``: ``(sub-question, notes so far) -> search with a query, or answer``.
-- ``ReasonerRefine``: ``(next sub-question, solved sub-questions) -> the sub-question made self-contained``.
-- ``ReasonerRevise``: ``(q, solved, failed sub-question, what the searches found) -> new remaining plan``.
-- ``ReasonerAnswer``: ``(q, solved sub-questions) -> answer``.
+- ``ReasonerStep``: ``(q, C, sub-question, notes so far) -> search with a query, or answer``.
+- ``ReasonerRefine``: ``(q, C, next sub-question) -> the sub-question made self-contained``.
+- ``ReasonerRevise``: ``(q, C, failed sub-question, what the searches found) -> new remaining plan``.
+- ``ReasonerAnswer``: ``(q, C) -> answer``.
 
-The Purifier (``Purify``) sits between the retriever and the Reasoner: ``(sub-question, passages) -> (relevant?,
+``C`` is the paper's global context: the current plan, each solved sub-question with its answer and evidence, as one
+``context`` field (:func:`rolecall.programs.d2plan.context.format_context`); every Reasoner call after planning sees
+it. The Purifier (``Purify``) sits between the retriever and the Reasoner: ``(sub-question, passages) -> (relevant?,
 key information)``, or a short summary of the passages when they are irrelevant.
-
-The helpers at the end read and fill ``#A_j`` (also the ``#j`` and ``[type from step j]`` forms small models write),
-and drop the repeats a small model's looping plan contains without breaking the numbering.
 
 The paper's prompts (its Appendix J) are not in the text we have, so the instructions are written from the role
 descriptions, and kept short: every instruction token is paid on every call of a 135M-parameter model.
@@ -62,10 +61,15 @@ class ReasonerPlan(dspy.Signature):
     plan: list[str] = dspy.OutputField(desc="ordered sub-questions")
 
 
+_CONTEXT = "the plan; solved sub-questions with answer and evidence"
+
+
 class ReasonerStep(dspy.Signature):
-    """Solve the sub-question. If the notes give its answer, answer it.
+    """Solve the sub-question of the plan. If the notes give its answer, answer it.
     Otherwise search with a short query that names the entity to look up."""
 
+    question: str = dspy.InputField()
+    context: str = dspy.InputField(desc=_CONTEXT)
     sub_question: str = dspy.InputField()
     notes: str = dspy.InputField(desc="what earlier searches found")
     action: Action = dspy.OutputField(desc="search or answer")
@@ -76,8 +80,9 @@ class ReasonerStep(dspy.Signature):
 class ReasonerRefine(dspy.Signature):
     """Rewrite the sub-question so it stands alone: replace each #A_j by the answer of sub-question j."""
 
+    question: str = dspy.InputField()
+    context: str = dspy.InputField(desc=_CONTEXT)
     sub_question: str = dspy.InputField()
-    solved: str = dspy.InputField(desc="earlier sub-questions with their answers")
     refined: str = dspy.OutputField(desc="the sub-question without #A_j")
 
 
@@ -86,7 +91,7 @@ class ReasonerRevise(dspy.Signature):
     starting in its place: smaller or reworded sub-questions. Write #A_j for the answer of sub-question j."""
 
     question: str = dspy.InputField()
-    solved: str = dspy.InputField(desc="sub-questions already answered")
+    context: str = dspy.InputField(desc=_CONTEXT)
     failed: str = dspy.InputField(desc="the sub-question that failed")
     failure: str = dspy.InputField(desc="what the searches found")
     plan: list[str] = dspy.OutputField(desc="new sub-questions replacing the failed one and those after it")
@@ -96,7 +101,7 @@ class ReasonerAnswer(dspy.Signature):
     """Answer the question from its solved sub-questions. Give only the short answer."""
 
     question: str = dspy.InputField()
-    solved: str = dspy.InputField(desc="sub-questions with their answers")
+    context: str = dspy.InputField(desc=_CONTEXT)
     answer: str = dspy.OutputField(desc="a few words")
 
 

@@ -1,21 +1,22 @@
 """Default few-shot demos for D2Plan's roles, built from examples with gold decompositions.
 
 The paper cold-starts both agents with SFT on teacher-synthesized trajectories (Sec. 2.2); before any training a 135M
-model needs demos to emit the ChatAdapter format at all. Each role gets ``n`` demos built from gold data:
+model needs demos to emit the ChatAdapter format at all. Each role gets ``n`` demos built from gold data; every
+Reasoner demo after planning shows the question and its global context C (the gold plan, the earlier gold steps solved
+with the key sentence of their gold passage as evidence), as the program does:
 
 - ``reasoner_plan``: question -> complexity + gold sub-questions with ``#A_j`` (a single-hop question: itself);
 - ``reasoner_step``: an empty notebook -> search; an irrelevant note -> search for the entity by name; a relevant
   note -> answer;
-- ``reasoner_refine``: a gold sub-question with ``#A_j`` + the solved earlier steps -> the filled sub-question;
+- ``reasoner_refine``: a gold sub-question with ``#A_j`` + C -> the filled sub-question;
 - ``reasoner_revise``: a plan that kept a multi-hop question whole failed -> the gold sub-questions in its place;
-- ``reasoner_answer``: question + solved sub-questions -> gold answer;
+- ``reasoner_answer``: question + C with every step solved -> gold answer;
 - ``purifier``: (sub-question, gold passage + distractor) -> yes + the answering sentence; (distractors) -> no + what
   they are about.
 """
 
 from __future__ import annotations
 
-import functools
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -25,32 +26,19 @@ import dspy
 from rolecall.data.types import Document, Example, SubStep
 from rolecall.programs.core.demo_source import (
     as_corpus_mapping,
-    default_demo_source,
     demo_passages,
     distractor_docs,
     docs_by_id,
     filled_steps,
     select_examples,
 )
-from rolecall.programs.d2plan.refs import to_answer_refs
+from rolecall.programs.core.demos import built_in_demos
+from rolecall.programs.core.plan import to_answer_refs
+from rolecall.programs.d2plan.context import NO_ANSWER, NO_NOTES, ContextEntry, format_context
 
-__all__ = ["d2plan_demos", "default_d2plan_demos", "format_solved", "NO_NOTES"]
+__all__ = ["d2plan_demos", "default_d2plan_demos"]
 
-NO_NOTES = "(none yet)"
-"""The notes a sub-question starts with, before its first search."""
-
-_NULL = "unknown"
 _NO_QUERY = "none"
-
-
-def format_solved(items: Sequence[tuple[int, str, str]]) -> str:
-    """``"j. sub-question -> answer"`` lines (the Reasoner's view of solved sub-questions), or ``"(none)"``.
-
-    Example:
-        >>> format_solved([(1, "Who directed X?", "Ada Quell")])
-        '1. Who directed X? -> Ada Quell'
-    """
-    return "\n".join(f"{j}. {text} -> {answer or _NULL}" for j, text, answer in items) or "(none)"
 
 
 def _plan(example: Example) -> list[str]:
@@ -70,29 +58,37 @@ def _about(docs: Sequence[Document]) -> str:
     return "passages about " + " and ".join(d.title for d in docs[:2]) if docs else "no passages"
 
 
-def _solved(example: Example, upto: int) -> str:
-    return format_solved([(j, q, s.answer) for j, (q, s) in enumerate(filled_steps(example)[:upto], start=1)])
+def _context(example: Example, corpus: Mapping[str, Document], upto: int, plan: Sequence[str] | None = None) -> str:
+    """The global context C of ``example`` before plan position ``upto`` runs: the earlier gold sub-questions solved
+    (answer and the key sentence of their gold passage), the rest of ``plan`` (default: the gold plan) pending."""
+    plan = list(plan if plan is not None else _plan(example))
+    solved = filled_steps(example)[: upto - 1]
+    entries: list[ContextEntry] = []
+    for j, (text, step) in enumerate(solved, start=1):
+        gold = docs_by_id(corpus, step.supporting_ids)
+        entries.append((j, text, step.answer, _key_sentence(gold[0], step.answer) if gold else ""))
+    entries += [(j, text, None, "") for j, text in enumerate(plan[len(solved) :], start=len(solved) + 1)]
+    return format_context(entries)
 
 
-def _single_steps(examples: Sequence[Example], corpus: Mapping[str, Document]) -> list[tuple[str, SubStep]]:
-    """Filled gold sub-steps with a supporting document: the last step of each example, then earlier ones."""
-    return [(q, s) for e in examples for q, s in reversed(filled_steps(e)) if docs_by_id(corpus, s.supporting_ids)]
+def _single_steps(
+    examples: Sequence[Example], corpus: Mapping[str, Document]
+) -> list[tuple[Example, int, str, SubStep]]:
+    """``(example, plan position, filled sub-question, gold step)`` of gold sub-steps with a supporting document: the
+    last step of each example, then earlier ones."""
+    out = []
+    for e in examples:
+        steps = list(enumerate(filled_steps(e), start=1))
+        out += [(e, j, q, s) for j, (q, s) in reversed(steps) if docs_by_id(corpus, s.supporting_ids)]
+    return out
 
 
 def d2plan_demos(
     examples: Sequence[Example], corpus: Mapping[str, Document] | Sequence[Document], *, n: int = 3, seed: int = 0
 ) -> dict[str, list[dspy.Example]]:
-    """Demos for D2Plan's six roles (up to ``n`` each; see the module docstring).
-
-    Args:
-        examples: examples with gold decompositions whose supporting ids are in ``corpus``.
-        corpus: documents by id (or a list of them), for the gold and distractor passages.
-        n: demos per role.
-        seed: picks the distractor passages.
-
-    Returns:
-        Role name -> list of ``dspy.Example`` with the role's input and output fields.
-    """
+    """Up to ``n`` demos (``dspy.Example`` s with the role's input and output fields) for each of D2Plan's six roles
+    (see the module docstring), from ``examples`` with gold decompositions and the ``corpus`` (documents by id, or a
+    list) holding their gold passages and the distractors ``seed`` picks."""
     corpus = as_corpus_mapping(corpus)
     rng = random.Random(seed)
     chosen = select_examples(examples, n)
@@ -108,12 +104,12 @@ def d2plan_demos(
         ],
         "reasoner_answer": [
             dspy.Example(
-                question=e.question, solved=_solved(e, len(e.decomposition or [])), answer=e.answer
-            ).with_inputs("question", "solved")
+                question=e.question, context=_context(e, corpus, len(e.decomposition or []) + 1), answer=e.answer
+            ).with_inputs("question", "context")
             for e in multi
         ],
     }
-    demos["reasoner_refine"] = _refine_demos(multi)
+    demos["reasoner_refine"] = _refine_demos(multi, corpus)
     demos["reasoner_revise"] = _revise_demos(multi, corpus, rng)
     steps = _single_steps(chosen, corpus)
     demos["reasoner_step"] = _step_demos(steps, corpus, rng, n)
@@ -121,7 +117,7 @@ def d2plan_demos(
     return demos
 
 
-def _refine_demos(examples: Sequence[Example]) -> list[dspy.Example]:
+def _refine_demos(examples: Sequence[Example], corpus: Mapping[str, Document]) -> list[dspy.Example]:
     out = []
     for e in examples:
         filled = filled_steps(e)
@@ -131,8 +127,11 @@ def _refine_demos(examples: Sequence[Example]) -> list[dspy.Example]:
             continue
         out.append(
             dspy.Example(
-                sub_question=to_answer_refs(e.decomposition[j].question), solved=_solved(e, j), refined=filled[j][0]
-            ).with_inputs("sub_question", "solved")
+                question=e.question,
+                context=_context(e, corpus, j + 1),
+                sub_question=to_answer_refs(e.decomposition[j].question),
+                refined=filled[j][0],
+            ).with_inputs("question", "context", "sub_question")
         )
     return out
 
@@ -150,46 +149,53 @@ def _revise_demos(
         steps = e.decomposition or []
         start = 1 if i == 0 and len(steps) > 2 else 0  # solved steps before the failed one
         noise = distractor_docs(corpus, e.supporting_ids, 2, rng)
+        kept = [to_answer_refs(s.question) for s in steps[:start]]
         out.append(
             dspy.Example(
                 question=e.question,
-                solved=_solved(e, start),
+                context=_context(e, corpus, start + 1, plan=[*kept, e.question]),
                 failed=e.question,
                 failure=f"3 searches found nothing relevant, only {_about(noise)}",
                 plan=[to_answer_refs(s.question) for s in steps[start:]],
-            ).with_inputs("question", "solved", "failed", "failure")
+            ).with_inputs("question", "context", "failed", "failure")
         )
     return out
 
 
 def _step_demos(
-    steps: Sequence[tuple[str, SubStep]], corpus: Mapping[str, Document], rng: random.Random, n: int
+    steps: Sequence[tuple[Example, int, str, SubStep]], corpus: Mapping[str, Document], rng: random.Random, n: int
 ) -> list[dspy.Example]:
     out = []
-    for i, (question, step) in enumerate(steps[:n]):
+    for i, (example, j, question, step) in enumerate(steps[:n]):
         gold = docs_by_id(corpus, step.supporting_ids)[0]
         kind = i % 3
         if kind == 0:  # nothing searched yet: search with the sub-question
-            notes, action, query, answer = NO_NOTES, "search", question, _NULL
+            notes, action, query, answer = NO_NOTES, "search", question, NO_ANSWER
         elif kind == 1:  # the first search missed: search for the entity by name
             notes = f"[1] not relevant: {_about(distractor_docs(corpus, step.supporting_ids, 2, rng))}"
-            action, query, answer = "search", gold.title, _NULL
+            action, query, answer = "search", gold.title, NO_ANSWER
         else:  # the Purifier found the key sentence: answer
             notes = f"[1] relevant: {_key_sentence(gold, step.answer)}"
             action, query, answer = "answer", _NO_QUERY, step.answer
         out.append(
-            dspy.Example(sub_question=question, notes=notes, action=action, query=query, answer=answer).with_inputs(
-                "sub_question", "notes"
-            )
+            dspy.Example(
+                question=example.question,
+                context=_context(example, corpus, j),
+                sub_question=question,
+                notes=notes,
+                action=action,
+                query=query,
+                answer=answer,
+            ).with_inputs("question", "context", "sub_question", "notes")
         )
     return out
 
 
 def _purifier_demos(
-    steps: Sequence[tuple[str, SubStep]], corpus: Mapping[str, Document], rng: random.Random, n: int
+    steps: Sequence[tuple[Example, int, str, SubStep]], corpus: Mapping[str, Document], rng: random.Random, n: int
 ) -> list[dspy.Example]:
     out = []
-    for i, (question, step) in enumerate(steps[:n]):
+    for i, (_, _, question, step) in enumerate(steps[:n]):
         gold = docs_by_id(corpus, step.supporting_ids)[:1]
         if i == 1:  # one negative demo: only distractors
             noise = distractor_docs(corpus, step.supporting_ids, 2, rng)
@@ -206,12 +212,4 @@ def _purifier_demos(
     return out
 
 
-@functools.lru_cache(maxsize=4)
-def _default(n: int) -> dict[str, tuple[dspy.Example, ...]]:
-    examples, corpus = default_demo_source()
-    return {role: tuple(d) for role, d in d2plan_demos(examples, corpus, n=n).items()}
-
-
-def default_d2plan_demos(*, n: int = 3) -> dict[str, list[dspy.Example]]:
-    """D2Plan's built-in demos from the default demo source (cached; each call returns fresh lists of copies)."""
-    return {role: [d.copy() for d in demos] for role, demos in _default(n).items()}
+default_d2plan_demos = built_in_demos(d2plan_demos)

@@ -2,7 +2,8 @@
 
 ``R = R_f (α R_p + β R_a + R_ans)``: R_f needs every tag well formed, R_p the plan size against the hop count, R_a the
 refinements (R_refine) and the revisions with their trigger and the first query after them (R_revise's c, r, R_t,
-R_q). :func:`d2plan_facts` reads them back from the events a :class:`~rolecall.programs.d2plan.program.D2Plan` run records.
+R_q). :func:`d2plan_facts` reads them back from the events a :class:`~rolecall.programs.d2plan.program.D2Plan` run
+records.
 """
 
 from __future__ import annotations

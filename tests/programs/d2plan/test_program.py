@@ -1,15 +1,18 @@
 """D2Plan with scripted LMs: plan, purified search loop, refinement (and its rule fallback), revision after K failed
-searches, the M budget, ablation flags, malformed outputs, the SPlanRL facts, demos, save/load and BootstrapFewShot."""
+searches, the M budget, ablation flags, malformed outputs, the SPlanRL facts, the global context every Reasoner call
+sees, the Reasoner's adapter group, options, save/load and BootstrapFewShot."""
 
 from __future__ import annotations
 
 import dspy
 import pytest
+from dspy.adapters.chat_adapter import ChatAdapter, FieldInfoWithName
 from dspy.utils.dummies import DummyLM
 
 from rolecall.errors import ConfigError
 from rolecall.programs.core.trajectory import Trajectory
-from rolecall.programs.d2plan.program import D2Plan, D2PlanFacts, Refinement, d2plan_facts
+from rolecall.programs.d2plan.facts import D2PlanFacts, Refinement, d2plan_facts
+from rolecall.programs.d2plan.program import REASONER_ROLES, D2Plan, D2PlanOptions
 from rolecall.retrievers.base import Passage
 from rolecall.utils.dummies import SchemaLM, ScriptedTextLM
 
@@ -63,16 +66,27 @@ def test_plan_search_purify_refine_answer(retriever):
         "reasoner_answer",
     ]
     steps = pred.trajectory.role_steps("reasoner_step")
-    assert steps[0].inputs == {"sub_question": "Who directed Film X?", "notes": "(none yet)"}
+    assert steps[0].inputs == {
+        "question": "Where was the director of X born?",
+        "context": "1. Who directed Film X?\n2. Where was #A_1 born?",
+        "sub_question": "Who directed Film X?",
+        "notes": "(none yet)",
+    }
     assert steps[1].inputs["notes"] == "[1] relevant: Film X was directed by Ada Quell."
     assert steps[2].inputs["sub_question"] == "Where was Ada Quell born?"
     assert [s.meta["sub_question"] for s in steps] == [1, 1, 2, 2]
     purifier = pred.trajectory.role_steps("purifier")[0]
     assert purifier.inputs["passages"].startswith("[1] Title 0 | Some text number 0.")
     refine = pred.trajectory.role_steps("reasoner_refine")[0]
-    assert refine.inputs == {"sub_question": "Where was #A_1 born?", "solved": "1. Who directed Film X? -> Ada Quell"}
-    assert pred.trajectory.role_steps("reasoner_answer")[0].inputs["solved"] == (
-        "1. Who directed Film X? -> Ada Quell\n2. Where was Ada Quell born? -> Varn"
+    solved_first = "1. Who directed Film X? -> Ada Quell (Film X was directed by Ada Quell.)"
+    assert refine.inputs == {
+        "question": "Where was the director of X born?",
+        "context": f"{solved_first}\n2. Where was #A_1 born?",
+        "sub_question": "Where was #A_1 born?",
+    }
+    assert steps[2].inputs["context"] == f"{solved_first}\n2. Where was #A_1 born?"
+    assert pred.trajectory.role_steps("reasoner_answer")[0].inputs["context"] == (
+        f"{solved_first}\n2. Where was Ada Quell born? -> Varn (Ada Quell was born in Varn.)"
     )
     assert pred.plan == ["Who directed Film X?", "Where was #A_1 born?"] and pred.complexity == "multi-hop"
     assert [(s["sub_question"], s["answer"], s["status"]) for s in pred.sub_questions] == [
@@ -126,7 +140,8 @@ def test_k_failed_searches_trigger_one_revision(retriever):
     assert pred.answer == "Varn"
     assert [q for q, _ in retriever.calls] == ["x1", "x2", "x3", "film X maker", "Ada"]
     revise = pred.trajectory.role_steps("reasoner_revise")[0]
-    assert revise.inputs["failed"] == "Who directed X?" and revise.inputs["solved"] == "(none)"
+    assert revise.inputs["failed"] == "Who directed X?"
+    assert revise.inputs["context"] == "1. Who directed X?\n2. Where was #A_1 born?"  # nothing solved yet
     assert revise.inputs["failure"].startswith("3 searches found nothing relevant, only passages about a band")
     failed = next(s for s in pred.trajectory.steps if s.role == "sub_question_failed")
     assert failed.error and failed.meta["trigger"] == "failed_sub_question"
@@ -319,43 +334,126 @@ def test_facts_survive_a_json_round_trip(retriever):
     assert d2plan_facts(Trajectory()) == D2PlanFacts()
 
 
+def test_every_reasoner_call_sees_the_question_the_plan_and_the_solved_answers_with_evidence(retriever):
+    """The paper's global context C: after sub-question 1 is solved, the Reasoner's step, refine, revise and answer
+    calls all see q, the current plan and a_1 with its evidence (the old code gave step and refine neither q nor the
+    plan, and no call saw evidence)."""
+    question = "Where was the director of Film X born?"
+    lm = DummyLM(
+        [
+            plan("Who directed Film X?", "Where was #A_1 born?"),
+            search("Film X director"),
+            relevant("Film X was directed by Ada Quell."),
+            answer("Ada Quell"),
+            {"refined": "Where was Ada Quell born?"},
+            search("Ada Quell birthplace"),
+            IRRELEVANT,  # K = 1 irrelevant search: sub-question 2 failed, one revision
+            {"plan": ["In which city was #A_1 born?"]},
+            {"refined": "In which city was Ada Quell born?"},
+            search("Ada Quell"),
+            relevant("Ada Quell was born in Varn."),
+            answer("Varn"),
+            {"answer": "Varn"},
+        ]
+    )
+    pred = D2Plan(retriever, lm=lm, demos=None, max_searches=1)(question=question)
+    assert pred.answer == "Varn"
+    evidence = "1. Who directed Film X? -> Ada Quell (Film X was directed by Ada Quell.)"
+    reasoner = [s for s in pred.trajectory.role_steps() if s.role != "purifier"]
+    calls = reasoner[[s.role for s in reasoner].index("reasoner_refine") :]  # everything after a_1 is known
+    assert [s.role for s in calls] == [
+        "reasoner_refine",
+        "reasoner_step",
+        "reasoner_revise",
+        "reasoner_refine",
+        "reasoner_step",
+        "reasoner_step",
+        "reasoner_answer",
+    ]
+    for step in calls:
+        assert step.inputs["question"] == question, step.role
+        assert step.inputs["context"].startswith(evidence), step.role  # the solved sub-answer and its evidence
+    assert calls[0].inputs["context"] == f"{evidence}\n2. Where was #A_1 born?"  # the plan, as planned
+    assert calls[3].inputs["context"] == f"{evidence}\n2. In which city was #A_1 born?"  # the revised plan
+    assert (
+        calls[-1].inputs["context"]
+        == f"{evidence}\n2. In which city was Ada Quell born? -> Varn (Ada Quell was born in Varn.)"
+    )
+
+
+class AdapterView(DummyLM):
+    """A scripted LM standing for one LoRA adapter view: ``adapter`` holds the adapter's name, as on a LocalLM view
+    (DummyLM keeps its output format there, so it formats with a ChatAdapter of its own)."""
+
+    def __init__(self, answers: list[dict], name: str) -> None:
+        super().__init__(answers)
+        self.adapter = name
+
+    def _format_answer_fields(self, values: dict) -> str:
+        fields = {FieldInfoWithName(name=k, info=dspy.OutputField()): v for k, v in values.items()}
+        return ChatAdapter().format_field_with_value(fields)
+
+
+class FakeLocalLM:
+    """Stands in for a LocalLM: ``for_role(name)`` gives a distinct scripted view per adapter name."""
+
+    def __init__(self, scripts: dict[str, list[dict]]) -> None:
+        self.scripts: dict[str, list[dict]] = scripts
+        self.views: dict[str, AdapterView] = {}
+
+    def for_role(self, name: str) -> AdapterView:
+        self.views[name] = AdapterView(self.scripts.get(name, []), name)
+        return self.views[name]
+
+
+def test_the_reasoner_roles_share_one_adapter_and_the_purifier_has_its_own(retriever):
+    program = D2Plan(retriever, demos=None)
+    assert program.adapter_groups == {"reasoner": list(REASONER_ROLES)}
+    assert program.adapter_roles() == {"reasoner": list(REASONER_ROLES), "purifier": ["purifier"]}
+    reasoner = [s for s in two_hop_script() if "relevant" not in s]
+    purifier = [s for s in two_hop_script() if "relevant" in s]
+    local = FakeLocalLM({"reasoner": reasoner, "purifier": purifier})
+    program.bind_role_adapters(local)
+    assert sorted(local.views) == ["purifier", "reasoner"]  # one view per adapter, not per role
+    assert all(program.role_lm(role) is local.views["reasoner"] for role in REASONER_ROLES)
+    assert program.role_lm("purifier") is local.views["purifier"]
+    pred = program(question="Where was the director of X born?")
+    assert pred.answer == "Varn"
+    assert {(s.role, s.adapter) for s in pred.trajectory.role_steps()} == {
+        ("reasoner_plan", "reasoner"),
+        ("reasoner_step", "reasoner"),
+        ("reasoner_refine", "reasoner"),
+        ("reasoner_answer", "reasoner"),
+        ("purifier", "purifier"),
+    }
+    assert len(pred.trajectory.role_steps(adapter="purifier")) == 2
+    # an ablation keeps the group for the roles it has; adapter_groups={} gives one adapter per role
+    assert D2Plan(demos=None, use_purifier=False, use_plan_adaptation=False).adapter_roles() == {
+        "reasoner": ["reasoner_plan", "reasoner_step", "reasoner_answer"]
+    }
+    per_role = FakeLocalLM({})
+    D2Plan(demos=None, adapter_groups={}).bind_role_adapters(per_role)
+    assert sorted(per_role.views) == sorted(D2Plan.ROLES)
+
+
 def test_options_are_validated():
     for bad in ({"max_searches": 0}, {"top_k": 0}, {"max_revisions": -1}, {"max_passage_chars": 10}):
         with pytest.raises(ConfigError):
             D2Plan(demos=None, **bad)
+    with pytest.raises(ConfigError, match="max_context_chars"):
+        D2Plan(demos=None, max_passage_chars=500, max_context_chars=400)
+    with pytest.raises(ConfigError, match="use_purifier"):
+        D2Plan(demos=None, use_purifier="maybe")
+    with pytest.raises(ConfigError, match="no option 'max_search'"):
+        D2Plan(demos=None, max_search=2)
+    defaults = D2PlanOptions()
+    assert (defaults.top_k, defaults.max_searches, defaults.max_revisions, defaults.max_sub_questions) == (5, 3, 1, 5)
+    assert (defaults.max_passage_chars, defaults.max_context_chars) == (300, 1200)
+    assert defaults.use_purifier and defaults.use_plan_adaptation
     with pytest.raises(ConfigError, match="demos must be"):
         D2Plan(demos="none")
     with pytest.raises(ConfigError, match="unknown roles"):
         D2Plan(demos={"reasoner_plan": [], "planner": []})
-
-
-def test_auto_demos_cover_every_role():
-    program = D2Plan()
-    assert {role: len(p.demos) for role, p in program.roles.items()} == {
-        "reasoner_plan": 3,
-        "reasoner_step": 3,
-        "reasoner_refine": 3,
-        "reasoner_revise": 3,
-        "reasoner_answer": 3,
-        "purifier": 3,
-    }
-    for role, predictor in program.roles.items():
-        fields = set(predictor.signature.input_fields) | set(predictor.signature.output_fields)
-        assert all(set(d.toDict()) == fields for d in predictor.demos), role
-        assert all(set(d.inputs().toDict()) == set(predictor.signature.input_fields) for d in predictor.demos), role
-    plans = program.reasoner_plan.demos
-    assert {d.complexity for d in plans} == {"single-hop", "multi-hop"}
-    assert any("#A_1" in s for d in plans for s in d.plan)
-    assert {d.action for d in program.reasoner_step.demos} == {"search", "answer"}
-    assert {d.relevant for d in program.purifier.demos} == {"yes", "no"}
-    assert all("#A_" not in d.refined and "#A_" in d.sub_question for d in program.reasoner_refine.demos)
-    assert all(len(d.passages) < 700 for d in program.purifier.demos)
-    assert program.reasoner_plan.demos[0] is not D2Plan().reasoner_plan.demos[0]  # fresh copies per program
-    assert list(D2Plan(use_purifier=False, use_plan_adaptation=False).roles) == [
-        "reasoner_plan",
-        "reasoner_step",
-        "reasoner_answer",
-    ]
 
 
 def test_save_load_round_trip(tmp_path, retriever):
@@ -364,7 +462,7 @@ def test_save_load_round_trip(tmp_path, retriever):
     loaded = D2Plan.load(tmp_path / "d2plan", retriever=retriever)
     assert (loaded.top_k, loaded.max_searches, loaded.max_revisions, loaded.use_purifier) == (3, 2, 0, False)
     assert list(loaded.roles) == list(program.roles) and loaded.retriever is retriever
-    assert loaded.lm_kwargs == program.lm_kwargs
+    assert loaded.lm_kwargs == program.lm_kwargs and loaded.adapter_groups == {"reasoner": list(REASONER_ROLES)}
     for role, predictor in program.roles.items():
         assert [d.toDict() for d in loaded.roles[role].demos] == [d.toDict() for d in predictor.demos]
         assert loaded.roles[role].demos[0].inputs().keys() == predictor.demos[0].inputs().keys()
@@ -388,3 +486,39 @@ def test_bootstrap_few_shot_compiles_d2plan(make_retriever):
     assert len(compiled.reasoner_plan.demos) == 1 and len(compiled.purifier.demos) == 1
     assert compiled.role_lm("reasoner_step") is lm and compiled.retriever is retriever
     assert compiled(question="Where was person 3 born?").answer == "Varn"
+
+
+@pytest.mark.slow
+def test_real_embedded_model_runs_the_reasoner_on_one_adapter_with_the_global_context():
+    """One 2-hop synthetic question on SmolLM2-135M (K = 1, no revision): the run finishes without an error step, the
+    Reasoner calls share the ``reasoner`` LoRA adapter, the Purifier has its own, and each step prompt holds q and C."""
+    torch = pytest.importorskip("torch")
+    from rolecall.data.synthetic import synthetic_world
+    from rolecall.errors import ModelLoadError
+    from rolecall.retrievers.bm25 import BM25
+
+    try:
+        from rolecall.lm import LocalLM
+
+        lm = LocalLM(max_tokens=64)
+    except (ImportError, ModelLoadError) as e:
+        pytest.skip(f"embedded model unavailable: {e}")
+    world = synthetic_world(seed=0)
+    no_fallback = dspy.ChatAdapter(use_json_adapter_fallback=False)  # no JSON retry: keeps this near a minute
+    program = D2Plan(
+        BM25(world.corpus), lm=lm, max_searches=1, max_revisions=0, max_sub_questions=2, adapter=no_fallback
+    )
+    question = next(e.question for e in world.test if e.hops == 2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pred = program(question=question)
+    finally:
+        torch.set_num_threads(threads)
+    trajectory = pred.trajectory
+    assert isinstance(pred.answer, str) and not [s for s in trajectory.steps if s.role == "error"]
+    assert {s.adapter for s in trajectory.role_steps() if s.role != "purifier"} == {"reasoner"}
+    assert {s.adapter for s in trajectory.role_steps("purifier")} <= {"purifier"}
+    for step in trajectory.role_steps("reasoner_step"):
+        assert step.inputs["question"] == question and step.inputs["context"].startswith("1. ")
+        assert "[[ ## context ## ]]" in step.messages[-1]["content"]
