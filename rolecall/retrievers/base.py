@@ -1,14 +1,26 @@
-"""The retriever contract: ``retriever(query, k) -> list[Passage]``, a batch method, save/load and ``as_tool``."""
+"""The retriever contract: ``retriever(query, k) -> list[Passage]``, a batch method, save/load, and ``as_tool`` (the
+retriever as the ``search`` tool of a ReAct-style agent).
+
+The tool's text (:func:`format_passages`, :data:`NO_PASSAGES`) lives here with the contract, so that
+:mod:`rolecall.retrievers.tool` depends on this module and never the reverse.
+"""
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-__all__ = ["Passage", "Retriever"]
+import dspy
+
+__all__ = ["Passage", "Retriever", "format_passages", "NO_PASSAGES"]
+
+logger = logging.getLogger(__name__)
+
+NO_PASSAGES = "No passages found for this query. Try different or more specific keywords."
+"""What the search tool returns when retrieval comes back empty (an empty query, or no matching document)."""
 
 
 @dataclass(frozen=True)
@@ -23,6 +35,19 @@ class Passage:
     def format(self) -> str:
         """``"title | text"``, the way programs show a passage to an LM."""
         return f"{self.title} | {self.text}" if self.title else self.text
+
+
+def format_passages(passages: Sequence[Passage]) -> str:
+    """The search tool's text: numbered passages, one a line (``"[1] title | text"``), uncut; :data:`NO_PASSAGES`
+    when there are none.
+
+    Example:
+        >>> format_passages([Passage(id="a", title="Paris", text="Capital of France.")])
+        '[1] Paris | Capital of France.'
+    """
+    if not passages:
+        return NO_PASSAGES
+    return "\n".join(f"[{i}] {p.format()}" for i, p in enumerate(passages, start=1))
 
 
 class Retriever(ABC):
@@ -51,8 +76,28 @@ class Retriever(ABC):
     def load(cls, path: str | Path) -> Retriever:
         """Read an index written by :meth:`save`."""
 
-    def as_tool(self, k: int | None = None, name: str = "search") -> Any:
-        """This retriever as a ``dspy.Tool`` that ReAct-style agents can call with a ``query`` string."""
-        from rolecall.retrievers.tool import retriever_tool
+    def as_tool(self, k: int | None = None, name: str = "search") -> dspy.Tool:
+        """This retriever as a ``dspy.Tool`` taking one ``query: str`` and returning :func:`format_passages` text.
 
-        return retriever_tool(self, k=k or self.default_k, name=name)
+        Args:
+            k: passages returned per call (None: :attr:`default_k`).
+            name: the tool name the agent sees.
+
+        Raises:
+            ValueError: if ``k`` is smaller than 1.
+        """
+        k = self.default_k if k is None else k
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}.")
+
+        def search(query: str) -> str:
+            passages = self.retrieve(query, k)
+            if not passages:
+                logger.debug("Tool %s: no passages for %r", name, query)
+            return format_passages(passages)
+
+        desc = (
+            f"Search the corpus and return the top {k} passages for `query`, numbered as '[i] title | text'. "
+            "Use short keyword queries that name the entity or fact you need."
+        )
+        return dspy.Tool(search, name=name, desc=desc, arg_desc={"query": "keywords or a question to search for"})

@@ -12,6 +12,8 @@ from rolecall.signatures.baselines import (
     AskFollowUp,
     GenerateWithPassages,
     NextReasoningSentence,
+    ReActQuestion,
+    SearchR1Turn,
 )
 from rolecall.signatures.d2plan import (
     Purify,
@@ -23,7 +25,6 @@ from rolecall.signatures.d2plan import (
 )
 from rolecall.signatures.opera import AnalyzeAnswer, PlanSubGoals, RewriteQuery, SynthesizeAnswer
 from rolecall.signatures.reap import DecomposeTaskPlan, ExtractStructuredFact, RepairPlan, SynthesizeFromFacts
-from rolecall.signatures.search_r1 import ReActQuestion, SearchR1Turn
 from rolecall.signatures.stride import DirectPlan, ExtractFacts, FallbackAnswer, MetaPlan, ReasonAnswer, Supervise
 from rolecall.signatures.team import AnswerFromReports, DelegateOrAnswer, SearchOrReport
 from rolecall.signatures.types import (

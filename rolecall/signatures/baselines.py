@@ -1,5 +1,7 @@
 """Role signatures of the baselines every paper compares against (PAPERS.md, "Baselines"): closed-book CoT,
-single-step RAG and the iterative retrieval baselines."""
+single-step RAG, the iterative retrieval baselines (IRCoT, Iter-RetGen, Self-Ask) and the two agents (ReAct's task
+signature, the Search-R1-style agent's turn). The Search-R1 action parser lives with its program
+(:mod:`rolecall.programs.baselines.search_r1_actions`)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ __all__ = [
     "SelfAskAction",
     "AskFollowUp",
     "AnswerFollowUp",
+    "ReActQuestion",
+    "REACT_HISTORY_FIELD",
+    "SearchR1Turn",
 ]
 
 
@@ -90,3 +95,37 @@ class AnswerFollowUp(dspy.Signature):
     follow_up: str = dspy.InputField(desc="a simple question")
     passages: str = dspy.InputField(desc="retrieved passages")
     answer: str = dspy.OutputField(desc="a few words")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ReAct (Yao et al., ICLR 2023) as dspy.ReAct runs it: the task signature its react / extract roles are built from.
+# ---------------------------------------------------------------------------------------------------------------------
+class ReActQuestion(dspy.Signature):
+    """Answer the multi-hop question. Search for one fact at a time, using what earlier searches found, and finish
+    once the passages name the answer. Give only the short answer."""
+
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField(desc="a few words")
+
+
+REACT_HISTORY_FIELD = "past_trajectory"
+"""Name of the input field that holds ReAct's formatted trajectory in rolecall's ReAct roles.
+
+``dspy.ReAct`` calls it ``trajectory``; ``Program.call_role(role, trajectory, **inputs)`` already takes a parameter
+of that name (the rolecall ``Trajectory``), so the field is renamed when the roles are built."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Search-R1 (Jin et al., arXiv 2503.09516): one turn of the single agent. ``reasoning`` holds the <think> text and
+# ``action`` exactly one <search>query</search> or <answer>answer</answer> tag; the program inserts the results as
+# <information>...</information>.
+# ---------------------------------------------------------------------------------------------------------------------
+class SearchR1Turn(dspy.Signature):
+    """Answer the question by searching a corpus. First think about what you know and what is missing. Then act with
+    exactly one tag: <search>query</search> to look something up (the results come back inside
+    <information>...</information>), or <answer>short answer</answer> once the information names the answer."""
+
+    question: str = dspy.InputField()
+    interaction: str = dspy.InputField(desc="your earlier searches and the information they returned")
+    reasoning: str = dspy.OutputField(desc="what is known so far and what is still missing")
+    action: str = dspy.OutputField(desc="exactly one <search>query</search> or <answer>answer</answer>")

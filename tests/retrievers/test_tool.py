@@ -62,3 +62,38 @@ def test_react_agent_calls_the_tool(bm25: BM25) -> None:
         prediction = agent(question="Which city is famous for mustard?")
     assert prediction.answer == "Dijon"
     assert prediction.trajectory["observation_0"] == "[1] Dijon | Dijon is famous for mustard."
+
+
+def test_as_tool_checks_k_and_uses_the_default(bm25: BM25) -> None:
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        bm25.as_tool(k=0)  # was silently replaced by default_k
+    assert "top 5 passages" in bm25.as_tool().desc
+
+
+def test_base_and_tool_have_no_import_cycle() -> None:
+    """``base`` never imports ``tool`` (at module level or inside a function), neither imports inside a function, and
+    each imports on its own in a fresh process."""
+    import ast
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import rolecall.retrievers.base as base
+    import rolecall.retrievers.tool as tool
+
+    for module in (base, tool):
+        tree = ast.parse(Path(module.__file__).read_text())
+        nested = [
+            node.lineno
+            for fn in ast.walk(tree)
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for node in ast.walk(fn)
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+        ]
+        assert nested == [], f"{module.__name__} imports inside a function at lines {nested}"
+    imported = {
+        node.module for node in ast.walk(ast.parse(Path(base.__file__).read_text())) if isinstance(node, ast.ImportFrom)
+    }
+    assert "rolecall.retrievers.tool" not in imported
+    for name in ("rolecall.retrievers.tool", "rolecall.retrievers.base"):
+        subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, check=True)

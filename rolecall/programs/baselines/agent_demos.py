@@ -1,4 +1,4 @@
-"""Default few-shot demos of the agentic baselines: ReAct's ``react`` / ``extract`` roles and Search-R1's ``agent``.
+"""Built-in few-shot demos of the agentic baselines: ReAct's ``react`` / ``extract`` roles and Search-R1's ``agent``.
 
 Both agents act in turns, so one demo is one turn of a gold episode built from a gold decomposition: search each
 filled sub-question in order (the observation holds the gold passage of that hop and a distractor), then finish.
@@ -14,29 +14,32 @@ default demos (its bootstrapped demos hold partial trajectories, which is what t
 
 from __future__ import annotations
 
-import functools
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import dspy
 
 from rolecall.data.types import Document, Example
+from rolecall.programs.baselines.search_r1_actions import NO_SEARCHES_YET, SearchR1Action, render_turn
 from rolecall.programs.core.demo_source import (
     as_corpus_mapping,
-    default_demo_source,
     demo_passages,
     distractor_docs,
     docs_by_id,
     filled_steps,
     select_examples,
 )
-from rolecall.signatures.search_r1 import NO_SEARCHES_YET, REACT_HISTORY_FIELD, SearchR1Action, render_turn
+from rolecall.programs.core.demos import built_in_demos
+from rolecall.signatures.baselines import REACT_HISTORY_FIELD
 
-__all__ = ["AgentDemoKind", "react_demos", "search_r1_demos", "default_agent_demos", "format_react_trajectory"]
-
-AgentDemoKind = Literal["react", "search_r1"]
-"""Which agent's demos: ``ReActAgent`` or ``SearchR1Agent``."""
+__all__ = [
+    "react_demos",
+    "search_r1_demos",
+    "default_react_demos",
+    "default_search_r1_demos",
+    "format_react_trajectory",
+]
 
 
 def format_react_trajectory(steps: Mapping[str, Any], adapter: dspy.Adapter | None = None) -> str:
@@ -97,7 +100,7 @@ def react_demos(
 
     Returns:
         ``{"react": [...], "extract": [...]}`` with the fields of ``dspy.ReAct``'s signatures (the trajectory under
-        :data:`~rolecall.signatures.search_r1.REACT_HISTORY_FIELD`).
+        :data:`~rolecall.signatures.baselines.REACT_HISTORY_FIELD`).
     """
     corpus = as_corpus_mapping(corpus)
     rng = random.Random(seed)
@@ -188,26 +191,5 @@ def search_r1_demos(
     return {"agent": out[::-1]}  # the first-search demo last, as for ReAct
 
 
-@functools.lru_cache(maxsize=8)
-def _default_agent_demos(kind: str, n: int, show_reasoning: bool) -> dict[str, tuple[dspy.Example, ...]]:
-    examples, corpus = default_demo_source()
-    if kind == "react":
-        built = react_demos(examples, corpus, n=n)
-    elif kind == "search_r1":
-        built = search_r1_demos(examples, corpus, n=n, show_reasoning=show_reasoning)
-    else:
-        raise ValueError(f"unknown agent demo kind {kind!r}; choose from 'react', 'search_r1'")
-    return {role: tuple(demos) for role, demos in built.items()}
-
-
-def default_agent_demos(
-    kind: AgentDemoKind, *, n: int = 3, show_reasoning: bool = True
-) -> dict[str, list[dspy.Example]]:
-    """The built-in demos of ``kind`` from the default demo source (cached; each call returns fresh copies).
-
-    Args:
-        kind: ``"react"`` or ``"search_r1"``.
-        n: demos per role.
-        show_reasoning: Search-R1 only: whether earlier turns show their ``<think>`` text.
-    """
-    return {role: [d.copy() for d in demos] for role, demos in _default_agent_demos(kind, n, show_reasoning).items()}
+default_react_demos = built_in_demos(react_demos)
+default_search_r1_demos = built_in_demos(search_r1_demos)

@@ -15,27 +15,41 @@ retriever of iteration t + 1 which entities the next hop needs.
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 import dspy
 
-from rolecall.errors import ConfigError
-from rolecall.programs.baselines.direct import Demos
-from rolecall.programs.baselines.iterative_demos import resolve_iterative_demos
-from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages
+from rolecall.programs.baselines.iterative_demos import default_iter_retgen_demos
+from rolecall.programs.core.options import PassageOptions, option
+from rolecall.programs.core.program import Program
+from rolecall.programs.core.text import format_passages
 from rolecall.programs.core.trajectory import Trajectory
-from rolecall.retrievers.base import Retriever
 from rolecall.signatures.baselines import GenerateWithPassages
 from rolecall.signatures.types import is_null_answer
 
-__all__ = ["IterRetGen", "QueryWith"]
+__all__ = ["IterRetGen", "IterRetGenOptions", "QueryWith"]
 
 logger = logging.getLogger(__name__)
 
-_MAX_TOKENS = {"generate": 128}
-
 QueryWith = Literal["generation", "answer"]
 """What of ``y_{t-1}`` joins the question in the next query: the whole generation (the paper) or only its answer."""
+
+
+@dataclass(kw_only=True)
+class IterRetGenOptions(PassageOptions):
+    """Options of :class:`IterRetGen` (``max_passage_chars`` / ``max_context_chars`` inherited)."""
+
+    top_k: int = option(5, low=1)
+    """Passages retrieved per iteration."""
+    iterations: int = option(3, low=1)
+    """T, the number of retrieval-generation iterations (the step budget)."""
+    query_with: QueryWith = "generation"
+    """``"generation"``: question + reasoning + answer of the last iteration (the paper); ``"answer"``: question + the
+    last answer only."""
+    stop_when_stable: bool = False
+    """Stop early once an iteration repeats the previous iteration's answer (recorded ``converged``); a run that never
+    converges records ``budget_exhausted``. Off in the paper."""
 
 
 class IterRetGen(Program):
@@ -43,25 +57,11 @@ class IterRetGen(Program):
 
     Shao et al., "Enhancing Retrieval-Augmented Large Language Models with Iterative Retrieval-Generation Synergy",
     Findings of EMNLP 2023. One role, ``generate`` (a ``dspy.ChainOfThought``: question, passages -> reasoning,
-    answer); the answer of the last iteration is the final answer.
+    answer); the answer of the last iteration is the final answer. Options: :class:`IterRetGenOptions`; the other
+    arguments: :class:`Program`. Default token budget: 128 for ``generate`` (reasoning and answer).
 
-    Args:
-        retriever: the retriever tool.
-        lm: LM for the role (a ``LocalLM`` gets one LoRA adapter, see :class:`Program`).
-        demos: ``"auto"`` (built-in demos), None (zero-shot, or keep what a loaded state sets), or a dict
-            ``{"generate": [...]}``.
-        top_k: passages retrieved per iteration.
-        iterations: T, the number of retrieval-generation iterations (the step budget).
-        query_with: ``"generation"`` (question + reasoning + answer of the last iteration, the paper) or ``"answer"``
-            (question + the last answer only).
-        stop_when_stable: stop early once an iteration repeats the previous iteration's answer (recorded
-            ``converged``); a run that never converges records ``budget_exhausted``. Off in the paper.
-        max_passage_chars: characters of one passage shown to the LM.
-        max_context_chars: characters of all passages shown in one prompt.
-        per_role_adapters: see :class:`Program`.
-        adapter: DSPy adapter for the role calls.
-        lm_kwargs: LM call arguments by role, ``"*"`` for all. Default: stop on ChatAdapter's completion marker and
-            128 tokens for ``generate`` (reasoning and answer).
+    The iterations are a fixed schedule, not an act-search-observe policy: every iteration retrieves (the generator
+    never chooses to stop or answer), so :class:`~rolecall.programs.core.search.SearchLoop` does not fit.
 
     Example:
         >>> program = IterRetGen(retriever, lm=LocalLM(), iterations=2)         # doctest: +SKIP
@@ -69,58 +69,24 @@ class IterRetGen(Program):
         >>> pred.answer, [g["answer"] for g in pred.generations]                # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        retriever: Retriever | None = None,
-        *,
-        lm: dspy.LM | None = None,
-        demos: Demos = "auto",
-        top_k: int = 5,
-        iterations: int = 3,
-        query_with: QueryWith = "generation",
-        stop_when_stable: bool = False,
-        max_passage_chars: int = 300,
-        max_context_chars: int = 900,
-        per_role_adapters: bool = True,
-        adapter: dspy.Adapter | None = None,
-        lm_kwargs: dict[str, dict[str, Any]] | None = None,
-    ) -> None:
-        if lm_kwargs is None:
-            lm_kwargs = default_lm_kwargs(_MAX_TOKENS)
-        super().__init__(retriever, lm=lm, per_role_adapters=per_role_adapters, adapter=adapter, lm_kwargs=lm_kwargs)
-        for name, value in (("top_k", top_k), ("iterations", iterations)):
-            if value < 1:
-                raise ConfigError(f"{name} must be >= 1, got {value}")
-        if query_with not in ("generation", "answer"):
-            raise ConfigError(f"query_with must be 'generation' or 'answer', got {query_with!r}")
-        if max_passage_chars < 20 or max_context_chars < max_passage_chars:
-            raise ConfigError(
-                f"need 20 <= max_passage_chars <= max_context_chars, got {max_passage_chars} and {max_context_chars}"
-            )
-        self.top_k, self.iterations, self.query_with = top_k, iterations, query_with
-        self.stop_when_stable = stop_when_stable
-        self.max_passage_chars, self.max_context_chars = max_passage_chars, max_context_chars
-        self._config |= {
-            "top_k": top_k,
-            "iterations": iterations,
-            "query_with": query_with,
-            "stop_when_stable": stop_when_stable,
-            "max_passage_chars": max_passage_chars,
-            "max_context_chars": max_context_chars,
-        }
-        self.generate = dspy.ChainOfThought(GenerateWithPassages)
-        initial = resolve_iterative_demos(demos, "iter_retgen", self.roles)
-        if initial:
-            self.set_demos(initial)
-        self._bind_lm()
+    Options: ClassVar[type[IterRetGenOptions]] = IterRetGenOptions
+    ROLES: ClassVar[tuple[str, ...]] = ("generate",)
+    MAX_TOKENS: ClassVar[dict[str, int]] = {"generate": 128}
 
-    def forward(self, question: str) -> dspy.Prediction:
-        """Answer ``question``; returns ``Prediction(answer, trajectory, generations)`` and never raises."""
-        trajectory = Trajectory(question=question)
-        try:
-            return self._run(question, trajectory)
-        except Exception as e:  # anything unforeseen becomes a recorded error step
-            return self.failed(trajectory, e)
+    top_k: int
+    iterations: int
+    query_with: QueryWith
+    stop_when_stable: bool
+    max_passage_chars: int
+    max_context_chars: int
+
+    def _build_roles(self) -> None:
+        self.generate = dspy.ChainOfThought(GenerateWithPassages)
+
+    def default_demos(self) -> dict[str, list[dspy.Example]]:
+        """Gold chains over gold passages and a distractor
+        (:func:`~rolecall.programs.baselines.iterative_demos.default_iter_retgen_demos`)."""
+        return default_iter_retgen_demos()
 
     def _run(self, question: str, trajectory: Trajectory) -> dspy.Prediction:
         generations: list[dict[str, Any]] = []

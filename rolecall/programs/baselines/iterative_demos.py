@@ -1,11 +1,11 @@
-"""Default few-shot demos of the iterative retrieval baselines (IRCoT, Iter-RetGen, Self-Ask), and the text formats
-their roles read (the reasoning so far, the Self-Ask history), shared by the programs and their demos.
+"""Built-in few-shot demos of the iterative retrieval baselines (IRCoT, Iter-RetGen, Self-Ask).
 
 Demos come from examples with gold decompositions and the corpus holding their supporting documents (by default the
-built-in world of :func:`rolecall.programs.core.demo_source.default_demo_source`). A reasoning sentence for a gold sub-step is the
-sentence of its supporting document that states the sub-answer, with a leading pronoun replaced by the document's
-title ("She was born in 1865 in Pelheim." -> "Staekys Granuvell was born in 1865 in Pelheim."), so the chains read like
-the extractive chains of thought IRCoT and Iter-RetGen prompt with.
+built-in world of :func:`rolecall.programs.core.demo_source.default_demo_source`). A reasoning sentence for a gold
+sub-step is the sentence of its supporting document that states the sub-answer, with a leading pronoun replaced by the
+document's title ("She was born in 1865 in Pelheim." -> "Staekys Granuvell was born in 1865 in Pelheim."), so the
+chains read like the extractive chains of thought IRCoT and Iter-RetGen prompt with. The text formats the roles read
+(the reasoning so far, the Self-Ask history) come from :mod:`rolecall.programs.baselines.chains`, as at run time.
 
 - IRCoT ``reason``: (question, passages newest first, sentences so far) -> the next sentence; the last one ends with
   "So the answer is X."; ``answer``: (question, passages, reasoning) -> the short answer.
@@ -16,100 +16,34 @@ the extractive chains of thought IRCoT and Iter-RetGen prompt with.
 
 from __future__ import annotations
 
-import functools
 import random
 import re
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
 
 import dspy
 
 from rolecall.data.types import Document, Example, SubStep
-from rolecall.errors import ConfigError
+from rolecall.programs.baselines.chains import ANSWER_CUE, NO_REASONING, format_history
 from rolecall.programs.core.demo_source import (
     as_corpus_mapping,
-    default_demo_source,
     demo_passages,
     distractor_docs,
     docs_by_id,
     filled_steps,
     select_examples,
 )
+from rolecall.programs.core.demos import built_in_demos
 
 __all__ = [
-    "IterativeKind",
-    "ITERATIVE_ROLES",
-    "ANSWER_CUE",
-    "NO_HISTORY",
-    "NO_REASONING",
     "ircot_demos",
     "iter_retgen_demos",
     "self_ask_demos",
-    "default_iterative_demos",
-    "resolve_iterative_demos",
-    "format_history",
-    "has_answer_cue",
-    "answer_after_cue",
+    "default_ircot_demos",
+    "default_iter_retgen_demos",
+    "default_self_ask_demos",
 ]
 
-IterativeKind = Literal["ircot", "iter_retgen", "self_ask"]
-"""Which iterative baseline's demos."""
-
-ITERATIVE_ROLES: dict[str, tuple[str, ...]] = {
-    "ircot": ("reason", "answer"),
-    "iter_retgen": ("generate",),
-    "self_ask": ("ask", "answer_followup"),
-}
-"""Every role each iterative baseline can have (some are switched off by ablation flags)."""
-
-ANSWER_CUE = "So the answer is"
-"""IRCoT's stop phrase: a reasoning sentence holding it ends the chain."""
-
-NO_HISTORY = "(none)"
-"""The Self-Ask history before the first follow-up question."""
-
-NO_REASONING = "(none)"
-"""IRCoT's reasoning before the first sentence."""
-
-_CUE = re.compile(r"answer\s+is\b\s*:?\s*", re.IGNORECASE)
 _PRONOUN = re.compile(r"^(He|She|It|They)\b|^(His|Her|Its|Their)\b")
-
-
-def format_history(pairs: Sequence[tuple[str, str]]) -> str:
-    """The Self-Ask history: ``"Follow up: q\\nIntermediate answer: a"`` per pair, or ``"(none)"``.
-
-    Example:
-        >>> print(format_history([("Who directed X?", "Ada")]))
-        Follow up: Who directed X?
-        Intermediate answer: Ada
-    """
-    if not pairs:
-        return NO_HISTORY
-    return "\n".join(f"Follow up: {q}\nIntermediate answer: {a}" for q, a in pairs)
-
-
-def has_answer_cue(sentence: str) -> bool:
-    """Whether an IRCoT sentence ends the chain (it says "... the answer is ...").
-
-    Example:
-        >>> has_answer_cue("So the answer is Varn."), has_answer_cue("Ada was born in Varn.")
-        (True, False)
-    """
-    return _CUE.search(sentence) is not None
-
-
-def answer_after_cue(text: str) -> str:
-    """The answer stated after the last "answer is" in ``text`` (trailing period and quotes removed), or ``""``.
-
-    Example:
-        >>> answer_after_cue("Ada was born in Varn. So the answer is: Varn.")
-        'Varn'
-    """
-    matches = list(_CUE.finditer(text))
-    if not matches:
-        return ""
-    answer = text[matches[-1].end() :].strip().splitlines()[0] if text[matches[-1].end() :].strip() else ""
-    return answer.strip().rstrip(".").strip().strip("\"'").strip()
 
 
 def _fact_sentence(step: SubStep, corpus: Mapping[str, Document], fallback_question: str) -> str:
@@ -259,48 +193,6 @@ def self_ask_demos(
     return demos
 
 
-_BUILDERS = {"ircot": ircot_demos, "iter_retgen": iter_retgen_demos, "self_ask": self_ask_demos}
-
-
-@functools.lru_cache(maxsize=8)
-def _default_iterative_demos(kind: str, n: int) -> dict[str, tuple[dspy.Example, ...]]:
-    if kind not in _BUILDERS:
-        raise ConfigError(f"unknown demo kind {kind!r}; choose from {', '.join(sorted(_BUILDERS))}")
-    examples, corpus = default_demo_source()
-    return {role: tuple(d) for role, d in _BUILDERS[kind](examples, corpus, n=n).items()}
-
-
-def default_iterative_demos(kind: IterativeKind, *, n: int = 3) -> dict[str, list[dspy.Example]]:
-    """The built-in demos of ``kind`` from the default demo source (built once per process; fresh copies each call).
-
-    Raises:
-        ConfigError: ``kind`` is not one of ``"ircot"``, ``"iter_retgen"``, ``"self_ask"``.
-    """
-    return {role: [d.copy() for d in demos] for role, demos in _default_iterative_demos(kind, n).items()}
-
-
-def resolve_iterative_demos(
-    demos: Any, kind: IterativeKind, roles: Collection[str]
-) -> dict[str, list[dspy.Example]] | None:
-    """The initial demos of an iterative baseline, restricted to the roles it has (``roles``).
-
-    Args:
-        demos: ``"auto"`` (the built-in ``kind`` demos), None (zero-shot, or whatever a loaded state sets), or a dict
-            role -> examples.
-        kind: which baseline.
-        roles: the roles the program instance has (an ablation flag can switch one off; its demos are dropped).
-
-    Raises:
-        ConfigError: ``demos`` is another value, or names a role ``kind`` never has.
-    """
-    if demos is None:
-        return None
-    if isinstance(demos, str) and demos == "auto":
-        demos = default_iterative_demos(kind)
-    elif isinstance(demos, dict):
-        unknown = sorted(set(demos) - set(ITERATIVE_ROLES[kind]))
-        if unknown:
-            raise ConfigError(f"demos for unknown roles {unknown}; {kind} has roles {list(ITERATIVE_ROLES[kind])}")
-    else:
-        raise ConfigError(f"demos must be 'auto', None or a dict role -> examples, got {demos!r}")
-    return {role: list(d) for role, d in demos.items() if role in roles}
+default_ircot_demos = built_in_demos(ircot_demos)
+default_iter_retgen_demos = built_in_demos(iter_retgen_demos)
+default_self_ask_demos = built_in_demos(self_ask_demos)

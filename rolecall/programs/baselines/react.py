@@ -13,59 +13,61 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import dspy
 
-from rolecall.errors import ConfigError
-from rolecall.programs.baselines.agent_demos import default_agent_demos
-from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages
+from rolecall.programs.baselines.agent_demos import default_react_demos
+from rolecall.programs.core.options import PassageOptions, option
+from rolecall.programs.core.program import Program
+from rolecall.programs.core.text import format_passages
 from rolecall.programs.core.trajectory import Trajectory
-from rolecall.retrievers.base import Retriever
-from rolecall.retrievers.tool import NO_PASSAGES
-from rolecall.signatures.search_r1 import REACT_HISTORY_FIELD, ReActQuestion
+from rolecall.retrievers.base import NO_PASSAGES
+from rolecall.signatures.baselines import REACT_HISTORY_FIELD, ReActQuestion
 
-__all__ = ["ReActAgent"]
+__all__ = ["ReActAgent", "ReActOptions"]
 
 logger = logging.getLogger(__name__)
-
-_MAX_TOKENS = {"react": 128, "extract": 96}
 
 
 class _StepFailed(ValueError):
     """Raised inside ``dspy.ReAct``'s loop when a ``react`` call failed; ReAct ends the loop on a ``ValueError``."""
 
 
+@dataclass(kw_only=True)
+class ReActOptions(PassageOptions):
+    """Options of :class:`ReActAgent` (``max_passage_chars`` / ``max_context_chars`` inherited: one passage and all
+    passages of one observation)."""
+
+    top_k: int = option(3, low=1)
+    """Passages one search returns."""
+    max_iters: int = option(5, low=1)
+    """Most ``react`` turns (tool calls, ``finish`` included) before the answer is extracted."""
+
+
 class ReActAgent(Program):
     """ReAct over the retriever: DSPy's own ``dspy.ReAct`` loop with roles ``react`` and ``extract``.
 
-    Design: the program's roles are the two predictors of a ``dspy.ReAct`` built in ``__init__`` (``react``, a
-    ``Predict`` choosing ``next_thought`` / ``next_tool_name`` / ``next_tool_args``; ``extract``, a ``ChainOfThought``
-    giving the answer from the trajectory). Each question runs DSPy's unmodified ``ReAct.forward`` loop on a fresh
-    runner that shares those predictors and whose one hook, the call of a predictor on the trajectory so far, goes
-    through :meth:`Program.call_role`. So every LM call is one recorded role step (exact messages, completion, usage,
-    ``meta["iteration"]``, the chosen tool and arguments), while the loop, the prompts and the ``finish`` tool stay
-    DSPy's. The runner's ``search`` tool closes over the question's :class:`Trajectory` and calls
-    :meth:`Program.retrieve`, so each search is also a recorded retrieval step (``meta["iteration"]``); its
-    observation is the passages cut to ``max_passage_chars`` / ``max_context_chars``.
+    Design: the program's roles are the two predictors of a ``dspy.ReAct`` built in :meth:`_build_roles` (``react``,
+    a ``Predict`` choosing ``next_thought`` / ``next_tool_name`` / ``next_tool_args``; ``extract``, a
+    ``ChainOfThought`` giving the answer from the trajectory). Each question runs DSPy's unmodified ``ReAct.forward``
+    loop on a fresh runner that shares those predictors and whose one hook, the call of a predictor on the trajectory
+    so far, goes through :meth:`Program.call_role`. So every LM call is one recorded role step (exact messages,
+    completion, usage, ``meta["iteration"]``, the chosen tool and arguments), while the loop, the prompts and the
+    ``finish`` tool stay DSPy's (which is why this program does not use
+    :class:`~rolecall.programs.core.search.SearchLoop`: the loop is ``dspy.ReAct``'s). The runner's ``search`` tool
+    closes over the question's :class:`Trajectory` and calls :meth:`Program.retrieve`, so each search is also a
+    recorded retrieval step (``meta["iteration"]``); its observation is the passages cut to ``max_passage_chars`` /
+    ``max_context_chars``.
 
     Two departures from plain ``dspy.ReAct``: the trajectory input field is named ``past_trajectory`` (``call_role``
     already takes a ``trajectory`` argument), and an unparseable ``react`` output ends the loop and moves on to
     ``extract`` (in DSPy 3.4 an ``AdapterParseError`` is no ``ValueError``, so ``dspy.ReAct`` would raise instead).
 
-    Args:
-        retriever: the retriever behind the ``search`` tool.
-        lm: LM for both roles (a ``LocalLM`` gets one LoRA adapter per role, see :class:`Program`).
-        demos: ``"auto"`` (hand-built turns of gold episodes: first search, follow-up search, finish; and whole
-            episodes for ``extract``), None (zero-shot) or a dict role -> list of ``dspy.Example``.
-        top_k: passages one search returns.
-        max_iters: most ``react`` turns (tool calls, ``finish`` included) before the answer is extracted.
-        max_passage_chars: characters of one passage in an observation.
-        max_context_chars: characters of all passages of one observation.
-        per_role_adapters: see :class:`Program`.
-        adapter: DSPy adapter for the role calls (it also formats the trajectory, as in ``dspy.ReAct``).
-        lm_kwargs: LM call arguments by role (see :class:`Program`). Default: stop on the completion marker, 128 new
-            tokens for ``react`` and 96 for ``extract``.
+    Options: :class:`ReActOptions`; the other arguments: :class:`Program` (the DSPy ``adapter`` also formats the
+    trajectory, as in ``dspy.ReAct``). Default token budgets: react 128, extract 96. Built-in demos: hand-built turns
+    of gold episodes (first search, follow-up search, finish) and whole episodes for ``extract``.
 
     Example:
         >>> program = ReActAgent(BM25(world.corpus), lm=LocalLM())           # doctest: +SKIP
@@ -73,55 +75,26 @@ class ReActAgent(Program):
         >>> [s.meta["tool_name"] for s in pred.trajectory.role_steps("react") if s.ok]  # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        retriever: Retriever | None = None,
-        *,
-        lm: dspy.LM | None = None,
-        demos: Literal["auto"] | dict[str, list[dspy.Example]] | None = "auto",
-        top_k: int = 3,
-        max_iters: int = 5,
-        max_passage_chars: int = 300,
-        max_context_chars: int = 900,
-        per_role_adapters: bool = True,
-        adapter: dspy.Adapter | None = None,
-        lm_kwargs: dict[str, dict[str, Any]] | None = None,
-    ) -> None:
-        if lm_kwargs is None:
-            lm_kwargs = default_lm_kwargs(_MAX_TOKENS)
-        super().__init__(retriever, lm=lm, per_role_adapters=per_role_adapters, adapter=adapter, lm_kwargs=lm_kwargs)
-        if top_k < 1 or max_iters < 1:
-            raise ConfigError(f"top_k and max_iters must be >= 1, got top_k={top_k}, max_iters={max_iters}")
-        if max_passage_chars < 20 or max_context_chars < max_passage_chars:
-            raise ConfigError(
-                f"need 20 <= max_passage_chars <= max_context_chars, got {max_passage_chars} and {max_context_chars}"
-            )
-        self.top_k, self.max_iters = top_k, max_iters
-        self.max_passage_chars, self.max_context_chars = max_passage_chars, max_context_chars
-        self._config |= {
-            "top_k": top_k,
-            "max_iters": max_iters,
-            "max_passage_chars": max_passage_chars,
-            "max_context_chars": max_context_chars,
-        }
-        template = dspy.ReAct(ReActQuestion, tools=[self._search_tool(None)], max_iters=max_iters)
+    Options: ClassVar[type[ReActOptions]] = ReActOptions
+    ROLES: ClassVar[tuple[str, ...]] = ("react", "extract")
+    MAX_TOKENS: ClassVar[dict[str, int]] = {"react": 128, "extract": 96}
+
+    top_k: int
+    max_iters: int
+    max_passage_chars: int
+    max_context_chars: int
+
+    def _build_roles(self) -> None:
+        template = dspy.ReAct(ReActQuestion, tools=[self._search_tool(None)], max_iters=self.max_iters)
         self.react = template.react
         self.react.signature = _rename_history(self.react.signature)
         self.extract = template.extract
         self.extract.predict.signature = _rename_history(self.extract.predict.signature)
-        self._set_initial_demos(demos)
-        self._bind_lm()
 
-    def _set_initial_demos(self, demos: Any) -> None:
-        if demos is None:
-            return
-        if isinstance(demos, str):
-            if demos != "auto":
-                raise ConfigError(f"demos must be 'auto', None or a dict role -> examples, got {demos!r}")
-            demos = default_agent_demos("react")
-        if not isinstance(demos, dict):
-            raise ConfigError(f"demos must be 'auto', None or a dict role -> examples, got {type(demos).__name__}")
-        self.set_demos(demos)
+    def default_demos(self) -> dict[str, list[dspy.Example]]:
+        """Turns and whole episodes of gold searches
+        (:func:`~rolecall.programs.baselines.agent_demos.default_react_demos`)."""
+        return default_react_demos()
 
     def _search_tool(self, runner: _RecordedReAct | None) -> dspy.Tool:
         """The ``search`` tool; with a runner, each call is a recorded retrieval into the runner's trajectory."""
@@ -141,27 +114,19 @@ class ReActAgent(Program):
         )
         return dspy.Tool(search, name="search", desc=desc, arg_desc={"query": "keywords or a question to search for"})
 
-    # ------------------------------------------------------------------ forward
-    def forward(self, question: str) -> dspy.Prediction:
-        """Run the ReAct loop on ``question``; returns ``Prediction(answer, trajectory, reasoning, react_steps)`` and
-        never raises (``react_steps`` is ``dspy.ReAct``'s own trajectory dict)."""
-        trajectory = Trajectory(question=question)
-        try:
-            runner = _RecordedReAct(self, trajectory)
-            if self.adapter is not None:
-                with dspy.context(adapter=self.adapter):
-                    out = runner(question=question)
-            else:
-                out = runner(question=question)
-            answer = str(out.get("answer") or "").strip()
-            return dspy.Prediction(
-                answer=answer,
-                trajectory=trajectory,
-                reasoning=str(out.get("reasoning") or ""),
-                react_steps=_plain(out.get("trajectory") or {}),
-            )
-        except Exception as e:  # anything unforeseen becomes a recorded error step
-            return self.failed(trajectory, e)
+    def _run(self, question: str, trajectory: Trajectory) -> dspy.Prediction:
+        """Run the ReAct loop; ``Prediction(answer, trajectory, reasoning, react_steps)`` (``react_steps`` is
+        ``dspy.ReAct``'s own trajectory dict)."""
+        runner = _RecordedReAct(self, trajectory)
+        overrides = {} if self.adapter is None else {"adapter": self.adapter}  # it also formats the trajectory
+        with dspy.context(**overrides):
+            out = runner(question=question)
+        return dspy.Prediction(
+            answer=str(out.get("answer") or "").strip(),
+            trajectory=trajectory,
+            reasoning=str(out.get("reasoning") or ""),
+            react_steps=_plain(out.get("trajectory") or {}),
+        )
 
 
 class _RecordedReAct(dspy.ReAct):

@@ -1,15 +1,15 @@
 """Self-Ask with retrieval: the model asks follow-up questions, retrieval answers them (Press et al., Findings of
 EMNLP 2023, arXiv 2210.03350).
 
-Control flow:
+Control flow (a :class:`~rolecall.programs.core.search.SearchLoop` of ``max_follow_ups + 1`` ask turns):
 
     H = []                                                    # (follow-up, intermediate answer) pairs
     for turn = 0..max_follow_ups:
         (action, text) = Ask(q, H)
-        if action = final_answer: return text
-        if turn = max_follow_ups: budget exhausted
-        D = retrieve(text, K)                                 # the paper's search engine answers the follow-up;
-        a = AnswerFollowUp(text, D)                           # here retrieval + a short-answer role
+        if action = final_answer: return text                 # an "answer" action
+        if turn = max_follow_ups: budget exhausted            # no follow-up left to ask
+        D = retrieve(text, K)                                 # a "search" action: the paper's search engine answers
+        a = AnswerFollowUp(text, D)                           # the follow-up; here retrieval + a short-answer role
         H <- H + [(text, a)]
     answer = the last intermediate answer                     # fallback when no final answer came
 
@@ -19,27 +19,49 @@ Follow-ups that hold OPERA-style placeholders (``[entity from step 1]``, ``#1``)
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import dspy
 
-from rolecall.errors import ConfigError
-from rolecall.programs.baselines.direct import Demos
-from rolecall.programs.baselines.iterative_demos import format_history, resolve_iterative_demos
+from rolecall.programs.baselines.chains import format_history
+from rolecall.programs.baselines.iterative_demos import default_self_ask_demos
+from rolecall.programs.core.options import PassageOptions, option
 from rolecall.programs.core.plan import fill_placeholders
-from rolecall.programs.core.program import Program, default_lm_kwargs, format_passages
+from rolecall.programs.core.program import Program
+from rolecall.programs.core.search import Observation, SearchAction, SearchLoop
+from rolecall.programs.core.text import format_passages
 from rolecall.programs.core.trajectory import Trajectory
-from rolecall.retrievers.base import Retriever
 from rolecall.signatures.baselines import AnswerFollowUp, AskFollowUp
 from rolecall.signatures.types import is_null_answer
 
-__all__ = ["SelfAsk"]
+__all__ = ["SelfAsk", "SelfAskOptions"]
 
 logger = logging.getLogger(__name__)
 
-_MAX_TOKENS = {"ask": 56, "answer_followup": 32}
-
 _UNKNOWN = "unknown"
+_NO_PASSAGES = "(no passages)"
+
+
+@dataclass(kw_only=True)
+class SelfAskOptions(PassageOptions):
+    """Options of :class:`SelfAsk` (``max_passage_chars`` / ``max_context_chars`` inherited)."""
+
+    top_k: int = option(3, low=1)
+    """Passages retrieved per follow-up question."""
+    max_follow_ups: int = option(4, low=1)
+    """Most follow-up questions; asking one more records ``budget_exhausted`` and the last intermediate answer
+    becomes the answer."""
+    use_retrieval: bool = True
+    """False: follow-ups are answered closed-book (the paper's Self-Ask without a search engine)."""
+
+
+@dataclass
+class _History:
+    """One question's follow-ups with their intermediate answers."""
+
+    question: str
+    pairs: list[tuple[str, str]] = field(default_factory=list)
 
 
 class SelfAsk(Program):
@@ -47,23 +69,8 @@ class SelfAsk(Program):
 
     Press et al., "Measuring and Narrowing the Compositionality Gap in Language Models", Findings of EMNLP 2023
     (Self-Ask + Search Engine). Roles: ``ask`` (question, history -> action ``follow_up`` or ``final_answer``, text)
-    and ``answer_followup`` (follow-up, passages -> short answer).
-
-    Args:
-        retriever: the retriever tool.
-        lm: LM for every role (a ``LocalLM`` gets one LoRA adapter per role, see :class:`Program`).
-        demos: ``"auto"`` (built-in demos), None (zero-shot, or keep what a loaded state sets), or a dict role ->
-            examples.
-        top_k: passages retrieved per follow-up question.
-        max_follow_ups: most follow-up questions; asking one more records ``budget_exhausted`` and the last
-            intermediate answer becomes the answer.
-        use_retrieval: False -> follow-ups are answered closed-book (the paper's Self-Ask without a search engine).
-        max_passage_chars: characters of one passage shown to an LM.
-        max_context_chars: characters of all passages shown in one prompt.
-        per_role_adapters: see :class:`Program`.
-        adapter: DSPy adapter for the role calls.
-        lm_kwargs: LM call arguments by role, ``"*"`` for all. Default: stop on ChatAdapter's completion marker, and
-            token budgets ask 56, answer_followup 32.
+    and ``answer_followup`` (follow-up, passages -> short answer). Options: :class:`SelfAskOptions`; the other
+    arguments: :class:`Program`. Default token budgets: ask 56, answer_followup 32.
 
     Example:
         >>> program = SelfAsk(retriever, lm=LocalLM())                          # doctest: +SKIP
@@ -71,80 +78,62 @@ class SelfAsk(Program):
         >>> pred.answer, pred.follow_ups                                        # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        retriever: Retriever | None = None,
-        *,
-        lm: dspy.LM | None = None,
-        demos: Demos = "auto",
-        top_k: int = 3,
-        max_follow_ups: int = 4,
-        use_retrieval: bool = True,
-        max_passage_chars: int = 300,
-        max_context_chars: int = 900,
-        per_role_adapters: bool = True,
-        adapter: dspy.Adapter | None = None,
-        lm_kwargs: dict[str, dict[str, Any]] | None = None,
-    ) -> None:
-        if lm_kwargs is None:
-            lm_kwargs = default_lm_kwargs(_MAX_TOKENS)
-        super().__init__(retriever, lm=lm, per_role_adapters=per_role_adapters, adapter=adapter, lm_kwargs=lm_kwargs)
-        for name, value in (("top_k", top_k), ("max_follow_ups", max_follow_ups)):
-            if value < 1:
-                raise ConfigError(f"{name} must be >= 1, got {value}")
-        if max_passage_chars < 20 or max_context_chars < max_passage_chars:
-            raise ConfigError(
-                f"need 20 <= max_passage_chars <= max_context_chars, got {max_passage_chars} and {max_context_chars}"
-            )
-        self.top_k, self.max_follow_ups, self.use_retrieval = top_k, max_follow_ups, use_retrieval
-        self.max_passage_chars, self.max_context_chars = max_passage_chars, max_context_chars
-        self._config |= {
-            "top_k": top_k,
-            "max_follow_ups": max_follow_ups,
-            "use_retrieval": use_retrieval,
-            "max_passage_chars": max_passage_chars,
-            "max_context_chars": max_context_chars,
-        }
+    Options: ClassVar[type[SelfAskOptions]] = SelfAskOptions
+    ROLES: ClassVar[tuple[str, ...]] = ("ask", "answer_followup")
+    MAX_TOKENS: ClassVar[dict[str, int]] = {"ask": 56, "answer_followup": 32}
+
+    top_k: int
+    max_follow_ups: int
+    use_retrieval: bool
+    max_passage_chars: int
+    max_context_chars: int
+
+    def _build_roles(self) -> None:
         self.ask = dspy.Predict(AskFollowUp)
         self.answer_followup = dspy.Predict(AnswerFollowUp)
-        initial = resolve_iterative_demos(demos, "self_ask", self.roles)
-        if initial:
-            self.set_demos(initial)
-        self._bind_lm()
 
-    def forward(self, question: str) -> dspy.Prediction:
-        """Answer ``question``; returns ``Prediction(answer, trajectory, follow_ups)`` and never raises."""
-        trajectory = Trajectory(question=question)
-        try:
-            return self._run(question, trajectory)
-        except Exception as e:  # anything unforeseen becomes a recorded error step
-            return self.failed(trajectory, e)
+    def default_demos(self) -> dict[str, list[dspy.Example]]:
+        """States of gold decompositions
+        (:func:`~rolecall.programs.baselines.iterative_demos.default_self_ask_demos`)."""
+        return default_self_ask_demos()
 
     def _run(self, question: str, trajectory: Trajectory) -> dspy.Prediction:
-        pairs: list[tuple[str, str]] = []
-        final: str | None = None
-        for turn in range(self.max_follow_ups + 1):
-            follow_up, final = self._next(question, pairs, turn, trajectory)
-            if follow_up is None:
-                break
-            if turn == self.max_follow_ups:
-                event = trajectory.event("budget_exhausted", turn=turn, max_follow_ups=self.max_follow_ups)
-                event.error = f"{self.max_follow_ups} follow-up questions asked without a final answer"
-                break
-            if any(follow_up.lower() == q.lower() for q, _ in pairs):  # greedy decoding would ask it forever
-                trajectory.event("repeated_follow_up", turn=turn, follow_up=follow_up)
-                break
-            pairs.append((follow_up, self._answer_follow_up(follow_up, turn, trajectory)))
-        answer = final if final is not None else self._fallback_answer(pairs, trajectory)
-        return dspy.Prediction(
-            answer=answer, trajectory=trajectory, follow_ups=[{"follow_up": q, "answer": a} for q, a in pairs]
-        )
+        history = _History(question)
+        loop = SearchLoop(
+            self,
+            trajectory,
+            act=lambda lp: self._ask(lp, history),
+            k=self.top_k,
+            max_turns=self.max_follow_ups + 1,
+            observe=lambda lp, obs: self._answer_from(obs, history, trajectory),
+        ).run()
+        answer = loop.answer if loop.answer is not None else self._fallback_answer(history.pairs, trajectory)
+        follow_ups = [{"follow_up": q, "answer": a} for q, a in history.pairs]
+        return dspy.Prediction(answer=answer, trajectory=trajectory, follow_ups=follow_ups)
 
-    def _next(
-        self, question: str, pairs: list[tuple[str, str]], turn: int, trajectory: Trajectory
-    ) -> tuple[str | None, str | None]:
+    def _ask(self, loop: SearchLoop, history: _History) -> SearchAction:
+        """One turn: ``answer`` (a final answer), ``search`` (a follow-up, answered in :meth:`_answer_from`),
+        ``continue`` (a follow-up answered closed-book, or one past the budget) or ``stop``."""
+        turn, trajectory = loop.turn, loop.trajectory
+        follow_up, final = self._next(history, turn, trajectory)
+        if final is not None:
+            return SearchAction("answer", final)
+        if follow_up is None:
+            return SearchAction("stop")
+        if turn == self.max_follow_ups:  # the budget is spent: the loop records budget_exhausted
+            return SearchAction("continue", follow_up)
+        if any(follow_up.lower() == q.lower() for q, _ in history.pairs):  # greedy decoding would ask it forever
+            trajectory.event("repeated_follow_up", turn=turn, follow_up=follow_up)
+            return SearchAction("stop")
+        if self.use_retrieval:
+            return SearchAction("search", follow_up)
+        history.pairs.append((follow_up, self._answer_follow_up(follow_up, _NO_PASSAGES, turn, trajectory)))
+        return SearchAction("continue", follow_up)
+
+    def _next(self, history: _History, turn: int, trajectory: Trajectory) -> tuple[str | None, str | None]:
         """``(follow_up, None)`` to ask one more, ``(None, answer)`` for a final answer, ``(None, None)`` to stop."""
-        pred = self.call_role("ask", trajectory, question=question, history=format_history(pairs))
+        pairs = history.pairs
+        pred = self.call_role("ask", trajectory, question=history.question, history=format_history(pairs))
         trajectory.steps[-1].meta.update(turn=turn)
         action = str(pred.action).strip() if pred is not None and pred.action else ""
         text = " ".join(str(pred.text).split()) if pred is not None and pred.text else ""
@@ -152,7 +141,7 @@ class SelfAsk(Program):
             reason = "ask call failed" if pred is None else "empty text"
             if not pairs:  # degrade to answering the question itself from retrieval
                 trajectory.event("fallback", turn=turn, reason=f"{reason}; asking the question itself")
-                return question, None
+                return history.question, None
             trajectory.event("fallback", turn=turn, reason=reason)
             return None, None
         if action == "final_answer":
@@ -165,12 +154,15 @@ class SelfAsk(Program):
             trajectory.event("unresolved_placeholder", turn=turn, placeholders=unresolved)
         return filled, None
 
-    def _answer_follow_up(self, follow_up: str, turn: int, trajectory: Trajectory) -> str:
-        shown = "(no passages)"
-        if self.use_retrieval:
-            passages = self.retrieve(trajectory, follow_up, self.top_k)
-            trajectory.steps[-1].meta.update(turn=turn)
-            shown = format_passages(passages, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars)
+    def _answer_from(self, observation: Observation, history: _History, trajectory: Trajectory) -> None:
+        """Answer a searched follow-up from its passages (the loop's observer)."""
+        shown = format_passages(
+            observation.passages, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars
+        )
+        observation.notes = self._answer_follow_up(observation.query, shown, observation.turn, trajectory)
+        history.pairs.append((observation.query, observation.notes))
+
+    def _answer_follow_up(self, follow_up: str, shown: str, turn: int, trajectory: Trajectory) -> str:
         pred = self.call_role("answer_followup", trajectory, follow_up=follow_up, passages=shown)
         trajectory.steps[-1].meta.update(turn=turn, query=follow_up)
         answer = " ".join(str(pred.answer).split()) if pred is not None and pred.answer else ""

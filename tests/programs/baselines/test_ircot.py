@@ -8,8 +8,8 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 from rolecall.errors import ConfigError
+from rolecall.programs.baselines.chains import has_answer_cue
 from rolecall.programs.baselines.ircot import IRCoT
-from rolecall.programs.baselines.iterative_demos import answer_after_cue, has_answer_cue
 from rolecall.retrievers.base import Passage
 from rolecall.utils import SchemaLM
 
@@ -73,7 +73,7 @@ def test_step_budget_stops_the_chain_and_the_reader_still_answers(retriever):
     assert len(pred.trajectory.role_steps("reason")) == 2
     assert [q for q, _ in retriever.calls] == ["q?", "Fact one."]  # no retrieval after the last allowed sentence
     (budget,) = [s for s in pred.trajectory.steps if s.role == "budget_exhausted"]
-    assert budget.error and budget.meta == {"step": 2, "max_steps": 2}
+    assert budget.error and budget.meta == {"turns": 2, "max_turns": 2}  # the SearchLoop's budget event
     assert pred.trajectory.role_steps("answer")[0].meta["concluded"] is False
 
 
@@ -157,14 +157,17 @@ def test_empty_retrieval_is_recorded(make_retriever):
     assert pred.trajectory.role_steps("reason")[0].inputs["passages"] == "(no passages)"
 
 
-def test_answer_cue_helpers():
-    assert has_answer_cue("Thus the answer is 1870.") and not has_answer_cue("Ada answered the door.")
-    assert answer_after_cue('X is in Y. So the answer is "Y".') == "Y"
-    assert answer_after_cue("No cue here.") == ""
-
-
 @pytest.mark.parametrize(
-    "options", [{"top_k": 0}, {"max_steps": 0}, {"max_passages": 0}, {"max_passage_chars": 10}, {"demos": "many"}]
+    "options",
+    [
+        {"top_k": 0},
+        {"max_steps": 0},
+        {"max_passages": 0},
+        {"max_passage_chars": 10},
+        {"demos": "many"},
+        {"interleave": "no"},
+        {"no_such_option": 1},
+    ],
 )
 def test_invalid_options_raise(options):
     with pytest.raises(ConfigError):

@@ -128,7 +128,15 @@ def test_empty_retrieval_is_recorded(make_retriever):
 
 @pytest.mark.parametrize(
     "options",
-    [{"top_k": 0}, {"iterations": 0}, {"query_with": "question"}, {"max_context_chars": 50}, {"demos": "some"}],
+    [
+        {"top_k": 0},
+        {"iterations": 0},
+        {"query_with": "question"},
+        {"max_context_chars": 50},
+        {"demos": "some"},
+        {"stop_when_stable": "yes"},
+        {"max_iterations": 2},
+    ],
 )
 def test_invalid_options_raise(options):
     with pytest.raises(ConfigError):

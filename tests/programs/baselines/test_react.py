@@ -13,12 +13,11 @@ from dspy.utils.dummies import DummyLM
 
 from rolecall.data.synthetic import synthetic_world
 from rolecall.errors import ConfigError
-from rolecall.programs.baselines.agent_demos import default_agent_demos, react_demos
 from rolecall.programs.baselines.react import ReActAgent
 from rolecall.retrievers.base import Passage
 from rolecall.retrievers.bm25 import BM25
 from rolecall.retrievers.tool import NO_PASSAGES
-from rolecall.signatures.search_r1 import REACT_HISTORY_FIELD
+from rolecall.signatures.baselines import REACT_HISTORY_FIELD
 from rolecall.utils import SchemaLM
 
 
@@ -195,35 +194,6 @@ def test_trajectories_are_thread_safe(make_retriever):
         assert len(pred.trajectory.steps) == 4
 
 
-def test_default_demos_cover_every_move_and_role():
-    demos = default_agent_demos("react")
-    assert set(demos) == {"react", "extract"} and len(demos["react"]) == 3 and len(demos["extract"]) == 3
-    for d in demos["react"]:
-        assert set(d.inputs().keys()) == {"question", REACT_HISTORY_FIELD}
-        assert set(d.labels().keys()) == {"next_thought", "next_tool_name", "next_tool_args"}
-    moves = [d.next_tool_name for d in demos["react"]]
-    assert moves == ["finish", "search", "search"]  # the first search nearest to the question
-    assert demos["react"][2][REACT_HISTORY_FIELD] == "" and "observation_0" in demos["react"][1][REACT_HISTORY_FIELD]
-    assert demos["react"][2].next_tool_args["query"] and demos["react"][0].next_tool_args == {}
-    for d in demos["extract"]:
-        assert set(d.labels().keys()) == {"reasoning", "answer"} and "tool_name" in d[REACT_HISTORY_FIELD]
-    demos["react"].clear()
-    assert len(default_agent_demos("react")["react"]) == 3  # copies: the cache is not mutated
-
-
-def test_demo_observations_hold_the_gold_passage():
-    world = synthetic_world(seed=1, n_train=12, n_dev=2, n_test=2)
-    corpus = {d.id: d for d in world.corpus}
-    demos = react_demos(world.train, world.corpus, n=2)
-    first = demos["react"][1]  # n=2: a finish, then a first search
-    assert first.next_tool_name == "search" and first[REACT_HISTORY_FIELD] == ""
-    finish = demos["react"][0]
-    assert finish.next_tool_name == "finish"
-    example = next(e for e in world.train if e.question == finish.question)
-    first_gold = corpus[example.decomposition[0].supporting_ids[0]]
-    assert first_gold.title in finish[REACT_HISTORY_FIELD]
-
-
 def test_program_uses_auto_demos_and_validates_options(retriever):
     program = ReActAgent(retriever)
     assert len(program.roles["react"].demos) == 3 and len(program.roles["extract"].demos) == 3
@@ -236,13 +206,15 @@ def test_program_uses_auto_demos_and_validates_options(retriever):
         ReActAgent(retriever, max_iters=0)
     with pytest.raises(ConfigError):
         ReActAgent(retriever, max_passage_chars=500, max_context_chars=100)
+    with pytest.raises(ConfigError, match="ReActAgent has no option 'max_turns'"):
+        ReActAgent(retriever, max_turns=3)  # a TypeError before the options dataclass
 
 
 def test_save_load_round_trip(retriever, tmp_path):
     program = ReActAgent(retriever, top_k=2, max_iters=3, max_passage_chars=100, max_context_chars=300)
     program.save(tmp_path)
     loaded = ReActAgent.load(tmp_path, retriever=retriever)
-    assert loaded._config == program._config and loaded.max_iters == 3 and loaded.top_k == 2
+    assert loaded.config() == program.config() and loaded.max_iters == 3 and loaded.top_k == 2
     for role, predictor in program.roles.items():
         assert len(loaded.roles[role].demos) == len(predictor.demos)
         assert loaded.roles[role].signature.instructions == predictor.signature.instructions

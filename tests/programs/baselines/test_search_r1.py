@@ -11,17 +11,10 @@ from dspy.utils.dummies import DummyLM
 
 from rolecall.data.synthetic import synthetic_world
 from rolecall.errors import ConfigError
-from rolecall.programs.baselines.agent_demos import default_agent_demos, search_r1_demos
 from rolecall.programs.baselines.search_r1 import SearchR1Agent
+from rolecall.programs.baselines.search_r1_actions import FORCE_ANSWER_NOTE, INVALID_ACTION_NOTE, NO_SEARCHES_YET
 from rolecall.retrievers.base import Passage
 from rolecall.retrievers.bm25 import BM25
-from rolecall.signatures.search_r1 import (
-    FORCE_ANSWER_NOTE,
-    INVALID_ACTION_NOTE,
-    NO_SEARCHES_YET,
-    SearchR1Action,
-    parse_action,
-)
 from rolecall.utils import SchemaLM, ScriptedTextLM
 
 
@@ -31,36 +24,6 @@ def turn(action: str, reasoning: str = "think") -> dict:
 
 def metas(pred, key):
     return [s.meta[key] for s in pred.trajectory.role_steps("agent")]
-
-
-# ---------------------------------------------------------------------------------------------------- the tag parser
-@pytest.mark.parametrize(
-    ("text", "kind", "content", "valid"),
-    [
-        ("<search>Varn river</search>", "search", "Varn river", True),
-        ("  <answer> Ostrian </answer>\n", "answer", "Ostrian", True),
-        ("<SEARCH>Varn</SEARCH>", "search", "Varn", True),
-        ("I will search. <search>Varn</search>", "search", "Varn", False),
-        ("<search>a</search><search>b</search>", "search", "a", False),
-        ("<search></search><answer>X</answer>", "answer", "X", False),
-        ("<answer>Ostrian", "answer", "Ostrian", False),
-        ("<search>Varn\n[[ ## completed", "search", "Varn", False),
-        ("<answer></answer>", "invalid", "", False),
-        ("<search>   </search>", "invalid", "", False),
-        ("Ostrian", "invalid", "", False),
-        ("", "invalid", "", False),
-    ],
-)
-def test_parse_action(text, kind, content, valid):
-    action = parse_action(text)
-    assert (action.kind, action.content, action.valid) == (kind, content, valid)
-    assert (action.error is None) == valid
-
-
-def test_parse_action_strict_rejects_sloppy_actions():
-    assert parse_action("I will search. <search>Varn</search>", lenient=False).kind == "invalid"
-    assert parse_action("<answer>Ostrian", lenient=False).error == "unclosed action tag"
-    assert parse_action("<search>Varn</search>", lenient=False).valid
 
 
 # ---------------------------------------------------------------------------------------------------- the loop
@@ -114,6 +77,16 @@ def test_tags_are_recovered_from_an_unparseable_completion(retriever):
     assert first.error and first.meta["action"] == "search" and first.meta["valid_action"] is False
     assert "output did not parse" in first.meta["format_error"]
     assert retriever.calls == [("gamma", 3)] and pred.answer == "G"
+
+
+def test_the_salvaged_action_field_wins_over_a_stray_tag(retriever):
+    """A completion without its reasoning section fails to parse; the tag inside its ``action`` section is used
+    (before, the first tag anywhere in the completion was: here the stray search)."""
+    completion = "I could <search>wrong</search>\n\n[[ ## action ## ]]\n<answer>X</answer>\n\n[[ ## completed ## ]]"
+    pred = SearchR1Agent(retriever, lm=ScriptedTextLM([completion, "no json"]), demos=None)(question="q?")
+    step = pred.trajectory.role_steps("agent")[0]
+    assert step.error and step.meta["salvaged"]["action"] == "<answer>X</answer>"
+    assert pred.answer == "X" and retriever.calls == [] and step.meta["valid_action"] is False
 
 
 def test_strict_format_treats_sloppy_actions_as_invalid(retriever):
@@ -205,30 +178,7 @@ def test_trajectories_are_thread_safe(make_retriever):
         assert pred.answer == f"ans{i}" and pred.trajectory.retrieved_ids == [f"id-alpha-{i}"]
 
 
-# ---------------------------------------------------------------------------------------------------- demos, options
-def test_default_demos_show_search_follow_up_and_answer():
-    demos = default_agent_demos("search_r1")
-    assert list(demos) == ["agent"] and len(demos["agent"]) == 3
-    last, follow_up, first = demos["agent"]  # the first search nearest to the question
-    for d in demos["agent"]:
-        assert set(d.inputs().keys()) == {"question", "interaction"}
-        assert set(d.labels().keys()) == {"reasoning", "action"}
-        assert parse_action(d.action).valid
-    assert first.interaction == NO_SEARCHES_YET and first.action.startswith("<search>")
-    assert "<information>" in follow_up.interaction and follow_up.action.startswith("<search>")
-    assert last.action.startswith("<answer>") and "<think>" in last.interaction
-
-
-def test_demo_answers_and_information_come_from_the_gold_episode():
-    world = synthetic_world(seed=2, n_train=12, n_dev=2, n_test=2)
-    corpus = {d.id: d for d in world.corpus}
-    demos = search_r1_demos(world.train, world.corpus, n=1)["agent"]
-    example = next(e for e in world.train if e.question == demos[0].question)
-    assert parse_action(demos[0].action) == SearchR1Action(kind="answer", content=example.answer, valid=True)
-    for step in example.decomposition:
-        assert corpus[step.supporting_ids[0]].title in demos[0].interaction
-
-
+# ---------------------------------------------------------------------------------------------------- options
 def test_options_are_validated(retriever):
     assert len(SearchR1Agent(retriever).roles["agent"].demos) == 3
     assert not SearchR1Agent(retriever, demos=None).roles["agent"].demos
@@ -241,13 +191,15 @@ def test_options_are_validated(retriever):
         SearchR1Agent(retriever, max_turns=0)
     with pytest.raises(ConfigError):
         SearchR1Agent(retriever, top_k=0)
+    with pytest.raises(ConfigError, match="option strict_format must be a bool"):
+        SearchR1Agent(retriever, strict_format="yes")  # accepted silently before the options dataclass
 
 
 def test_save_load_round_trip(retriever, tmp_path):
     program = SearchR1Agent(retriever, top_k=2, max_turns=3, strict_format=True, show_reasoning=False)
     program.save(tmp_path)
     loaded = SearchR1Agent.load(tmp_path, retriever=retriever)
-    assert loaded._config == program._config
+    assert loaded.config() == program.config()
     assert (loaded.top_k, loaded.max_turns, loaded.strict_format, loaded.show_reasoning) == (2, 3, True, False)
     assert [d.action for d in loaded.roles["agent"].demos] == [d.action for d in program.roles["agent"].demos]
     assert loaded.roles["agent"].signature.instructions == program.roles["agent"].signature.instructions

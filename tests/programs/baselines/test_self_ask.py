@@ -9,7 +9,6 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 from rolecall.errors import ConfigError
-from rolecall.programs.baselines.iterative_demos import format_history
 from rolecall.programs.baselines.self_ask import SelfAsk
 from rolecall.utils import SchemaLM
 
@@ -71,7 +70,7 @@ def test_follow_up_budget_is_recorded_and_the_last_answer_is_used(retriever):
     assert pred.answer == "B" and [q for q, _ in retriever.calls] == ["a?", "b?"]
     assert events(pred) == ["budget_exhausted", "fallback"]
     budget = pred.trajectory.steps[-2]
-    assert budget.error and budget.meta == {"turn": 2, "max_follow_ups": 2}
+    assert budget.error and budget.meta == {"turns": 3, "max_turns": 3}  # the SearchLoop's: max_follow_ups + 1 asks
 
 
 def test_repeated_follow_up_stops(retriever):
@@ -140,13 +139,17 @@ def test_empty_retrieval_is_recorded(make_retriever):
     assert pred.trajectory.role_steps("answer_followup")[0].inputs["passages"] == "(no passages)"
 
 
-def test_format_history():
-    assert format_history([]) == "(none)"
-    assert format_history([("a?", "A")]) == "Follow up: a?\nIntermediate answer: A"
-
-
 @pytest.mark.parametrize(
-    "options", [{"top_k": 0}, {"max_follow_ups": 0}, {"max_passage_chars": 5}, {"demos": ["x"]}, {"demos": {"x": []}}]
+    "options",
+    [
+        {"top_k": 0},
+        {"max_follow_ups": 0},
+        {"max_passage_chars": 5},
+        {"demos": ["x"]},
+        {"demos": {"x": []}},
+        {"use_retrieval": 1},
+        {"max_followups": 3},
+    ],
 )
 def test_invalid_options_raise(options):
     with pytest.raises(ConfigError):

@@ -1,11 +1,15 @@
-"""NoRetrievalCoT and SingleStepRAG with DummyLM: answers, recorded steps, demos and failure handling."""
+"""NoRetrievalCoT and SingleStepRAG with DummyLM: answers, recorded steps, token budgets, options, demos and failure
+handling."""
 
 from __future__ import annotations
 
 import dspy
+import pytest
 from dspy.utils.dummies import DummyLM
 
+from rolecall.errors import ConfigError
 from rolecall.programs import NoRetrievalCoT, SingleStepRAG
+from rolecall.programs.core.calls import COMPLETED_MARKER
 
 
 def test_no_retrieval_cot_answers_with_reasoning():
@@ -67,3 +71,29 @@ def test_bootstrap_compiles_baseline():
         trainset=trainset,
     )
     assert len(compiled.roles["answer"].demos) == 2
+
+
+def test_the_answer_role_has_a_token_budget(retriever):
+    """Like every other program, the direct baselines stop on the completion marker and cap the answer's tokens."""
+    for program_class in (NoRetrievalCoT, SingleStepRAG):
+        lm = DummyLM([{"reasoning": "r", "answer": "a"}])
+        program = program_class(retriever, lm=lm, demos=None)
+        assert program.MAX_TOKENS == {"answer": 128}
+        assert program.lm_kwargs == {"*": {"stop": [COMPLETED_MARKER]}, "answer": {"max_tokens": 128}}
+        program(question="q?")
+        assert lm.history[-1]["kwargs"] == {"stop": [COMPLETED_MARKER], "max_tokens": 128}
+
+
+@pytest.mark.parametrize(
+    ("program_class", "options", "message"),
+    [
+        (NoRetrievalCoT, {"top_k": 3}, "NoRetrievalCoT has no option 'top_k'"),
+        (SingleStepRAG, {"top_k": 0}, "option top_k must be an int >= 1, got 0"),
+        (SingleStepRAG, {"max_passage_chars": 500, "max_context_chars": 100}, "max_context_chars (100) must be >="),
+        (SingleStepRAG, {"top_k": "3"}, "option top_k must be an int"),
+    ],
+)
+def test_options_are_checked_with_a_message(program_class, options, message):
+    with pytest.raises(ConfigError) as info:
+        program_class(**options)
+    assert message in str(info.value)

@@ -1,11 +1,11 @@
-"""Signatures of the two agentic baselines (PAPERS.md, "Baselines"): ReAct's task signature and the Search-R1-style
-single agent's turn, plus the parser of Search-R1's ``<search>`` / ``<answer>`` action tags.
+"""Search-R1's action tags: reading ``<search>`` / ``<answer>`` from one agent turn, and writing a finished turn back
+into the interaction (Jin et al., arXiv 2503.09516).
 
-Search-R1 (Jin et al., arXiv 2503.09516) trains one LLM to interleave ``<think>`` reasoning with
-``<search>query</search>`` calls; the environment inserts the results as ``<information>...</information>`` and the
-episode ends at ``<answer>...</answer>``. Here one turn is a typed signature: ``reasoning`` holds the ``<think>`` text
-and ``action`` exactly one ``<search>`` or ``<answer>`` tag, which :func:`parse_action` reads (and, when asked,
-recovers from sloppy output while flagging it invalid, so a GRPO format reward can see every malformed step).
+The agent writes its ``<think>`` text in the ``reasoning`` field and exactly one ``<search>query</search>`` or
+``<answer>answer</answer>`` tag in ``action``; :func:`parse_action` reads it (and, when asked, recovers sloppy output
+while flagging it invalid, so a GRPO format reward sees every malformed step). :func:`recover_action` looks for a tag
+in the raw completions of a failed call (through :mod:`rolecall.programs.core.calls`); :func:`render_turn` writes a
+turn the way later turns see it, with the results inside ``<information>...</information>``.
 """
 
 from __future__ import annotations
@@ -13,20 +13,20 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-import dspy
 from pydantic import BaseModel, Field
 
+from rolecall.programs.core.calls import COMPLETED_MARKER, completion_texts
+from rolecall.programs.core.trajectory import Step
+
 __all__ = [
-    "ReActQuestion",
-    "SearchR1Turn",
     "ActionKind",
     "SearchR1Action",
     "parse_action",
+    "recover_action",
     "render_turn",
     "INVALID_ACTION_NOTE",
     "NO_SEARCHES_YET",
     "FORCE_ANSWER_NOTE",
-    "REACT_HISTORY_FIELD",
 ]
 
 ActionKind = Literal["search", "answer", "invalid"]
@@ -35,24 +35,11 @@ ActionKind = Literal["search", "answer", "invalid"]
 INVALID_ACTION_NOTE = "(invalid action: write <search>query</search> to search or <answer>answer</answer> to answer)"
 """What the program inserts into the interaction after an invalid action, so the agent can correct itself."""
 
+NO_SEARCHES_YET = "(no searches yet)"
+"""The interaction shown on a Search-R1 agent's first turn."""
 
-class ReActQuestion(dspy.Signature):
-    """Answer the multi-hop question. Search for one fact at a time, using what earlier searches found, and finish
-    once the passages name the answer. Give only the short answer."""
-
-    question: str = dspy.InputField()
-    answer: str = dspy.OutputField(desc="a few words")
-
-
-class SearchR1Turn(dspy.Signature):
-    """Answer the question by searching a corpus. First think about what you know and what is missing. Then act with
-    exactly one tag: <search>query</search> to look something up (the results come back inside
-    <information>...</information>), or <answer>short answer</answer> once the information names the answer."""
-
-    question: str = dspy.InputField()
-    interaction: str = dspy.InputField(desc="your earlier searches and the information they returned")
-    reasoning: str = dspy.OutputField(desc="what is known so far and what is still missing")
-    action: str = dspy.OutputField(desc="exactly one <search>query</search> or <answer>answer</answer>")
+FORCE_ANSWER_NOTE = "(no searches left: give the final answer now as <answer>answer</answer>)"
+"""Appended to the interaction when the search budget is spent and the agent must answer."""
 
 
 class SearchR1Action(BaseModel):
@@ -126,21 +113,24 @@ def parse_action(text: str | None, *, lenient: bool = True) -> SearchR1Action:
     return SearchR1Action(kind="invalid", error=error)
 
 
-def _clean(text: str) -> str:
-    return " ".join(text.split())
+def recover_action(step: Step, error: str) -> SearchR1Action:
+    """The first tag readable in what a role call wrote, flagged invalid with ``error`` (``"...; recovered from the
+    completion"``); ``"invalid"`` when there is none.
 
+    Looked at in order: the ``action`` field salvaged by ``call_role`` (``step.meta["salvaged"]``), then every raw
+    completion (:func:`~rolecall.programs.core.calls.completion_texts`: DSPy's ChatAdapter attempt before its JSON
+    fallback), each cut at ChatAdapter's completion marker.
 
-REACT_HISTORY_FIELD = "past_trajectory"
-"""Name of the input field that holds ReAct's formatted trajectory in rolecall's ReAct roles.
-
-``dspy.ReAct`` calls it ``trajectory``; ``Program.call_role(role, trajectory, **inputs)`` already takes a parameter
-of that name (the rolecall ``Trajectory``), so the field is renamed when the roles are built."""
-
-NO_SEARCHES_YET = "(no searches yet)"
-"""The interaction shown on a Search-R1 agent's first turn."""
-
-FORCE_ANSWER_NOTE = "(no searches left: give the final answer now as <answer>answer</answer>)"
-"""Appended to the interaction when the search budget is spent and the agent must answer."""
+    Example:
+        >>> recover_action(Step(kind="role", role="agent", completion="Sure. <answer>G</answer>"), "bad").content
+        'G'
+    """
+    salvaged = step.meta.get("salvaged", {}).get("action", "")
+    for text in [salvaged, *completion_texts(step)]:
+        recovered = parse_action(text.split(COMPLETED_MARKER)[0], lenient=True)
+        if recovered.kind != "invalid":
+            return recovered.model_copy(update={"valid": False, "error": f"{error}; recovered from the completion"})
+    return SearchR1Action(kind="invalid", error=error)
 
 
 def render_turn(reasoning: str, action: SearchR1Action, result: str, *, show_reasoning: bool = True) -> str:
@@ -161,3 +151,7 @@ def render_turn(reasoning: str, action: SearchR1Action, result: str, *, show_rea
     else:
         lines.append(INVALID_ACTION_NOTE)
     return "\n".join(lines)
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())
