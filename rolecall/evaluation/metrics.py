@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import logging
 import math
-import re
-import string
 from collections import Counter
 from collections.abc import Hashable, Sequence
+
+from rolecall.utils.text import normalize_answer
 
 __all__ = [
     "normalize_answer",
@@ -44,41 +44,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# ASCII punctuation only, as in the official script, so our numbers match published ones character for character.
-_PUNCTUATION = frozenset(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
 # HotpotQA's special answers: a mismatch involving one of these scores F1 = 0 instead of partial overlap.
 _SPECIAL_ANSWERS = frozenset({"yes", "no", "noanswer"})
 _ZERO_PRF = (0.0, 0.0, 0.0)
-
-
-def normalize_answer(s: str) -> str:
-    """Normalize an answer the SQuAD / HotpotQA way: lowercase, drop punctuation and articles, collapse whitespace.
-
-    Punctuation is deleted, not replaced by a space (``"U.S."`` becomes ``"us"``), and articles are removed only as
-    whole words (``"theater"`` keeps its ``the``), exactly as the official scripts do.
-
-    Args:
-        s: the text to normalize.
-
-    Returns:
-        The normalized text; tokens are separated by single spaces.
-
-    Raises:
-        TypeError: if ``s`` is not a string.
-
-    Example:
-        >>> normalize_answer("The  Eiffel Tower!")
-        'eiffel tower'
-        >>> normalize_answer("U.S. and an apple")
-        'us and apple'
-    """
-    if not isinstance(s, str):
-        raise TypeError(f"normalize_answer expects a str, got {type(s).__name__}: {s!r}. Convert it with str() first.")
-    text = s.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
 
 
 def _normalized_prediction(prediction: str | None) -> str:

@@ -13,7 +13,6 @@ the programs use at run time (:func:`~rolecall.programs.team.searcher.format_not
 
 from __future__ import annotations
 
-import functools
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -24,12 +23,12 @@ from rolecall.data.types import Document, Example
 from rolecall.programs.core.demo_source import (
     DEMO_PASSAGE_CHARS,
     as_corpus_mapping,
-    default_demo_source,
     distractor_docs,
     docs_by_id,
     filled_steps,
     select_examples,
 )
+from rolecall.programs.core.demos import built_in_demos
 from rolecall.programs.team.searcher import NO_NOTES, NO_REPORTS, SearcherRun, fallback_report, format_notes
 from rolecall.programs.team.searcher import format_reports as _format_reports
 
@@ -162,12 +161,4 @@ def team_demos(
     return {"leader": leader, "searcher": searcher, "answerer": answerer}
 
 
-@functools.lru_cache(maxsize=4)
-def _default_team_demos(n: int) -> dict[str, tuple[dspy.Example, ...]]:
-    examples, corpus = default_demo_source()
-    return {role: tuple(demos) for role, demos in team_demos(examples, corpus, n=n).items()}
-
-
-def default_team_demos(*, n: int = 3) -> dict[str, list[dspy.Example]]:
-    """The built-in team demos, from the default demo source (cached; each call returns fresh lists of copies)."""
-    return {role: [d.copy() for d in demos] for role, demos in _default_team_demos(n).items()}
+default_team_demos = built_in_demos(team_demos)

@@ -22,36 +22,28 @@ a wave (run concurrently). With one Searcher, as in the cascaded workflow, a sea
 Answerer's call closes the episode and is not counted. C_tool of the Leader reward R_L = 0.9 R_EM + 0.1 min(C_tool, 6)/6
 (Eq. 6) counts the steps with at least one Searcher search: :func:`tool_steps`.
 
-All roles share one model in the paper, with a role prompt selecting the role: ``parameter_sharing="shared"`` binds
-every role to one LoRA adapter of a ``LocalLM``; ``"per_role"`` gives each role its own (the base ``Program``
-behaviour).
+All roles share one model in the paper, with a role prompt selecting the role: ``parameter_sharing="shared"`` makes
+every role one adapter group (one LoRA adapter of a ``LocalLM``, named ``shared_adapter_name``); ``"per_role"`` gives
+each role its own adapter. An explicit ``adapter_groups=`` overrides either.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Any, ClassVar
 
 import dspy
 
-from rolecall.errors import ConfigError
+from rolecall.programs.core.options import ProgramOptions
 from rolecall.programs.core.trajectory import Trajectory
-from rolecall.programs.team.base import (
-    SHARED_ADAPTER,
-    ParameterSharing,
-    StepBudget,
-    TeamProgram,
-    team_lm_kwargs,
-)
+from rolecall.programs.team.base import StepBudget, TeamProgram
+from rolecall.programs.team.options import CascadedOptions, HierarchicalOptions
 from rolecall.programs.team.searcher import SearcherRun, format_reports
-from rolecall.retrievers.base import Retriever
-from rolecall.signatures.team import AnswerFromReports, DelegateOrAnswer, SearchOrReport
+from rolecall.signatures.team import DelegateOrAnswer
 
 __all__ = ["CascadedTeam", "HierarchicalTeam", "tool_steps"]
 
 logger = logging.getLogger(__name__)
-
-Demos = Literal["auto"] | dict[str, list[dspy.Example]] | None
 
 
 def tool_steps(trajectory: Trajectory) -> int:
@@ -84,30 +76,8 @@ class CascadedTeam(TeamProgram):
 
     Zhao et al., arXiv 2610.23234, Sec. 3.2: the Stage-I workflow, trained with R_A = c_ij and
     R_S = 0.9 R_EM + 0.1 b_S, then frozen as the Teacher π_T (evaluated as "C-MAS + RL"). Roles: ``searcher``
-    (subtask, notes -> search | report) and ``answerer`` (question, reports -> answer).
-
-    Args:
-        retriever: the retriever tool.
-        lm: LM for every role; with a ``LocalLM`` see ``parameter_sharing``.
-        demos: ``"auto"`` (built-in demos), None (zero-shot, or keep what a loaded state sets), or a dict role ->
-            list of ``dspy.Example``.
-        top_k: passages per search (the paper's retriever returns 3).
-        max_steps: environment steps (Searcher turns) per question (the paper's 5); when spent before the Searcher
-            reports, its last passage becomes the report and ``budget_exhausted`` is recorded.
-        answer_candidates: Answerer samples per request, at temperature 1.0 (training uses 5, evaluation 1); the
-            answer is their majority.
-        parameter_sharing: ``"shared"`` binds every role to one adapter ``lm.for_role(shared_adapter_name)`` of a
-            ``LocalLM`` (the paper; the role prompt selects the role); ``"per_role"`` gives each role its own adapter.
-            Other LMs are shared by all roles either way.
-        shared_adapter_name: the shared adapter's name; give the Teacher and the student different names when they
-            run on one ``LocalLM``.
-        max_passage_chars: characters of one passage in the Searcher's notes.
-        max_notes_chars: characters of the Searcher's notes (older searches shrink to their query line first).
-        max_report_chars: characters of one report shown to the Leader or the Answerer.
-        per_role_adapters: see :class:`Program` (used in per-role mode only).
-        adapter: DSPy adapter for the role calls (default ``dspy.settings.adapter``).
-        lm_kwargs: LM call arguments by role, ``"*"`` for all. Default: stop on ChatAdapter's completion marker and
-            token budgets searcher 64, answerer 32.
+    (subtask, notes -> search | report) and ``answerer`` (question, reports -> answer). Options:
+    :class:`~rolecall.programs.team.options.CascadedOptions` (default token budgets: searcher 64, answerer 32).
 
     Example:
         >>> team = CascadedTeam(BM25(world.corpus), lm=LocalLM())        # doctest: +SKIP
@@ -115,64 +85,24 @@ class CascadedTeam(TeamProgram):
         >>> pred.answer, pred.report, tool_steps(pred.trajectory)        # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        retriever: Retriever | None = None,
-        *,
-        lm: dspy.LM | None = None,
-        demos: Demos = "auto",
-        top_k: int = 3,
-        max_steps: int = 5,
-        answer_candidates: int = 1,
-        parameter_sharing: ParameterSharing = "shared",
-        shared_adapter_name: str = SHARED_ADAPTER,
-        max_passage_chars: int = 250,
-        max_notes_chars: int = 900,
-        max_report_chars: int = 200,
-        per_role_adapters: bool = True,
-        adapter: dspy.Adapter | None = None,
-        lm_kwargs: dict[str, dict[str, Any]] | None = None,
-    ) -> None:
-        lm_kwargs = team_lm_kwargs(lm_kwargs, ("searcher", "answerer"), answer_candidates)
-        super().__init__(retriever, lm=lm, per_role_adapters=per_role_adapters, adapter=adapter, lm_kwargs=lm_kwargs)
-        if max_steps < 1:
-            raise ConfigError(f"max_steps must be >= 1 (the paper uses 5), got {max_steps}")
-        self._setup(
-            top_k=top_k,
-            answer_candidates=answer_candidates,
-            parameter_sharing=parameter_sharing,
-            shared_adapter_name=shared_adapter_name,
-            max_passage_chars=max_passage_chars,
-            max_notes_chars=max_notes_chars,
-            max_report_chars=max_report_chars,
-        )
-        self.max_steps = max_steps
-        self._config |= {"max_steps": max_steps}
-        # roles: plain attributes so named_predictors() and DSPy's optimizers see them
-        self.searcher = dspy.Predict(SearchOrReport)
-        self.answerer = dspy.Predict(AnswerFromReports)
-        self._set_initial_demos(demos)
-        self._bind_lm()
+    Options: ClassVar[type[ProgramOptions]] = CascadedOptions
+    ROLES: ClassVar[tuple[str, ...]] = ("searcher", "answerer")
+    MAX_TOKENS: ClassVar[dict[str, int]] = {"searcher": 64, "answerer": 32}
 
-    def forward(self, question: str) -> dspy.Prediction:
-        """Answer ``question``; returns ``Prediction(answer, trajectory, report, candidates, tool_steps,
-        env_steps)`` and never raises."""
-        trajectory = Trajectory(question=question)
-        try:
-            budget = StepBudget(self.max_steps)
-            run = SearcherRun(index=1, subtask=question, wave=1)
-            self._run_wave([run], trajectory, budget, max_turns=self.max_steps)
-            answer, candidates = self._answer(question, [run], trajectory)
-            return dspy.Prediction(
-                answer=answer,
-                trajectory=trajectory,
-                report=run.report or "",
-                candidates=candidates,
-                tool_steps=tool_steps(trajectory),
-                env_steps=budget.used,
-            )
-        except Exception as e:  # anything unforeseen becomes a recorded error step
-            return self.failed(trajectory, e)
+    def _run(self, question: str, trajectory: Trajectory) -> dspy.Prediction:
+        """``Prediction(answer, trajectory, report, candidates, tool_steps, env_steps)``."""
+        budget = StepBudget(self.max_steps)
+        run = SearcherRun(index=1, subtask=question, wave=1)
+        self._run_wave([run], trajectory, budget, max_turns=self.max_steps)
+        answer, candidates = self._answer(question, [run], trajectory)
+        return dspy.Prediction(
+            answer=answer,
+            trajectory=trajectory,
+            report=run.report or "",
+            candidates=candidates,
+            tool_steps=tool_steps(trajectory),
+            env_steps=budget.used,
+        )
 
 
 class HierarchicalTeam(TeamProgram):
@@ -183,31 +113,8 @@ class HierarchicalTeam(TeamProgram):
     R_L = 0.9 R_EM + 0.1 min(C_tool, 6)/6 for the Leader (see :func:`tool_steps`), R_A = c_ij for the Answerer and
     on-policy distillation from the cascaded Teacher for the Searchers. Roles: ``leader`` (question, reports ->
     delegate subtasks | answer with selected reports), ``searcher`` and ``answerer`` as in :class:`CascadedTeam`.
-
-    Args:
-        retriever: the retriever tool.
-        lm: LM for every role; with a ``LocalLM`` see ``parameter_sharing``.
-        demos: ``"auto"``, None or a dict role -> list of ``dspy.Example`` (see :class:`CascadedTeam`).
-        top_k: passages per search (the paper's 3).
-        max_steps: environment steps per question (the paper's 12): Leader turns and Searcher turns (the Searchers of
-            a wave take theirs together, as one step). When spent, Searchers still working get their last passage
-            as a report, the reports go to the Answerer unselected, and ``budget_exhausted`` is recorded.
-        max_rounds: delegation rounds (the paper's 5). After the last wave the Leader may only answer; a further
-            delegation is recorded as ``round_limit`` and every report goes to the Answerer.
-        max_subtasks: Searchers per wave; longer lists are cut (recorded as ``subtasks_truncated``).
-        max_searcher_turns: turns of one Searcher in a wave before its last passage stands in for its report
-            (``searcher_turn_limit``); the paper bounds Searchers by the step budget only.
-        answer_candidates: Answerer samples per request at temperature 1.0 (training uses 5); majority vote.
-        parameter_sharing: ``"shared"`` (one adapter for all roles, the paper) or ``"per_role"`` (see
-            :class:`CascadedTeam`).
-        shared_adapter_name: the shared adapter's name.
-        max_passage_chars: characters of one passage in a Searcher's notes.
-        max_notes_chars: characters of a Searcher's notes.
-        max_report_chars: characters of one report shown to the Leader or the Answerer.
-        per_role_adapters: see :class:`Program` (used in per-role mode only).
-        adapter: DSPy adapter for the role calls.
-        lm_kwargs: LM call arguments by role, ``"*"`` for all. Default: stop on ChatAdapter's completion marker and
-            token budgets leader 96, searcher 64, answerer 32.
+    Options: :class:`~rolecall.programs.team.options.HierarchicalOptions` (default token budgets: leader 96,
+    searcher 64, answerer 32).
 
     Example:
         >>> team = HierarchicalTeam(BM25(world.corpus), lm=LocalLM())    # doctest: +SKIP
@@ -215,70 +122,16 @@ class HierarchicalTeam(TeamProgram):
         >>> pred.answer, pred.reports, pred.selected, pred.tool_steps    # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        retriever: Retriever | None = None,
-        *,
-        lm: dspy.LM | None = None,
-        demos: Demos = "auto",
-        top_k: int = 3,
-        max_steps: int = 12,
-        max_rounds: int = 5,
-        max_subtasks: int = 3,
-        max_searcher_turns: int = 4,
-        answer_candidates: int = 1,
-        parameter_sharing: ParameterSharing = "shared",
-        shared_adapter_name: str = SHARED_ADAPTER,
-        max_passage_chars: int = 250,
-        max_notes_chars: int = 900,
-        max_report_chars: int = 200,
-        per_role_adapters: bool = True,
-        adapter: dspy.Adapter | None = None,
-        lm_kwargs: dict[str, dict[str, Any]] | None = None,
-    ) -> None:
-        lm_kwargs = team_lm_kwargs(lm_kwargs, ("leader", "searcher", "answerer"), answer_candidates)
-        super().__init__(retriever, lm=lm, per_role_adapters=per_role_adapters, adapter=adapter, lm_kwargs=lm_kwargs)
-        for name, value in (
-            ("max_steps", max_steps),
-            ("max_rounds", max_rounds),
-            ("max_subtasks", max_subtasks),
-            ("max_searcher_turns", max_searcher_turns),
-        ):
-            if value < 1:
-                raise ConfigError(f"{name} must be >= 1, got {value}")
-        self._setup(
-            top_k=top_k,
-            answer_candidates=answer_candidates,
-            parameter_sharing=parameter_sharing,
-            shared_adapter_name=shared_adapter_name,
-            max_passage_chars=max_passage_chars,
-            max_notes_chars=max_notes_chars,
-            max_report_chars=max_report_chars,
-        )
-        self.max_steps, self.max_rounds = max_steps, max_rounds
-        self.max_subtasks, self.max_searcher_turns = max_subtasks, max_searcher_turns
-        self._config |= {
-            "max_steps": max_steps,
-            "max_rounds": max_rounds,
-            "max_subtasks": max_subtasks,
-            "max_searcher_turns": max_searcher_turns,
-        }
-        self.leader = dspy.Predict(DelegateOrAnswer)
-        self.searcher = dspy.Predict(SearchOrReport)
-        self.answerer = dspy.Predict(AnswerFromReports)
-        self._set_initial_demos(demos)
-        self._bind_lm()
+    Options: ClassVar[type[ProgramOptions]] = HierarchicalOptions
+    ROLES: ClassVar[tuple[str, ...]] = ("leader", "searcher", "answerer")
+    MAX_TOKENS: ClassVar[dict[str, int]] = {"leader": 96, "searcher": 64, "answerer": 32}
 
-    def forward(self, question: str) -> dspy.Prediction:
-        """Answer ``question``; returns ``Prediction(answer, trajectory, reports, selected, candidates, tool_steps,
-        env_steps, rounds)`` and never raises."""
-        trajectory = Trajectory(question=question)
-        try:
-            return self._run(question, trajectory)
-        except Exception as e:  # anything unforeseen becomes a recorded error step
-            return self.failed(trajectory, e)
+    def _build_roles(self) -> None:
+        self.leader = dspy.Predict(DelegateOrAnswer)
+        super()._build_roles()
 
     def _run(self, question: str, trajectory: Trajectory) -> dspy.Prediction:
+        """``Prediction(answer, trajectory, reports, selected, candidates, tool_steps, env_steps, rounds)``."""
         budget = StepBudget(self.max_steps)
         runs: list[SearcherRun] = []
         selected: list[int] | None = None

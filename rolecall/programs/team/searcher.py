@@ -1,10 +1,13 @@
-"""The Searcher of the MultiAgent-OPD teams: one ReAct turn at a time, plus the prompt formats the team shares.
+"""The Searcher of the MultiAgent-OPD teams: its ReAct turns on the shared search loop, and the prompt formats the
+team shares.
 
 A Searcher (arXiv 2610.23234, Sec. 3.1) "writes a query, reads the passages that the retriever returns and then either
 searches again or writes a report". Each turn is one role call ``(subtask, notes) -> (action, content)``; a search is
-then run with the retriever. Turns are recorded on a private :class:`Trajectory` and handed back as steps, so the
-Searchers of one wave can run on threads at once and their steps still join the team trajectory in a fixed order with
-their meta (``searcher``, ``turn``, ``wave``, ``env_step``) already set.
+then run by :class:`~rolecall.programs.core.search.SearchLoop`. A wave advances all its Searchers one turn at a time
+(one environment step), each turn recorded on the branch trajectory that
+:func:`~rolecall.programs.core.parallel.run_branches` gives it, so the Searchers of one wave run on threads at once and
+their steps still join the team trajectory in a fixed order with their meta (``searcher``, ``turn``, ``wave``,
+``env_step``) already set.
 
 Numbering: ``searcher`` and ``wave`` count from 1 (a Searcher's number is the number of its report in the Leader's
 list), ``turn`` from 0 within a Searcher, ``env_step`` from 1 within the question.
@@ -19,19 +22,24 @@ from typing import Any
 
 import dspy
 
-from rolecall.programs.core.program import Program, format_passages
-from rolecall.programs.core.trajectory import Step, Trajectory
+from rolecall.programs.core.program import Program
+from rolecall.programs.core.search import Observation, SearchAction, SearchLoop
+from rolecall.programs.core.text import format_passages, shorten
+from rolecall.programs.core.trajectory import Trajectory
+from rolecall.programs.team.options import TeamOptions
 from rolecall.retrievers.base import Passage
 from rolecall.signatures.types import is_null_answer
+from rolecall.utils.text import normalize_answer
 
 __all__ = [
     "NO_NOTES",
     "NO_REPORTS",
+    "UNFINISHED",
     "SearcherRun",
+    "Searcher",
     "format_notes",
     "format_reports",
     "fallback_report",
-    "searcher_turn",
     "majority_vote",
 ]
 
@@ -123,7 +131,7 @@ def format_reports(runs: Sequence[SearcherRun], *, max_report_chars: int = 200, 
         >>> print(format_reports([SearcherRun(1, "Who founded Morrow Books?", report="Ada Quell (from Morrow Books)")]))
         [1] Who founded Morrow Books? -> Ada Quell (from Morrow Books)
     """
-    lines = [f"[{r.index}] {r.subtask} -> {_cut(r.report or '', max_report_chars)}" for r in runs]
+    lines = [f"[{r.index}] {r.subtask} -> {shorten(r.report or '', max_report_chars)}" for r in runs]
     return "\n".join(lines) if lines else empty
 
 
@@ -134,55 +142,74 @@ def fallback_report(run: SearcherRun, *, max_report_chars: int = 200) -> str:
         return f"{UNFINISHED} nothing found"
     top = passages[0]
     text = f"{top.title}: {top.text}" if top.title else top.text
-    return _cut(f"{UNFINISHED} {' '.join(text.split())}", max_report_chars)
+    return shorten(f"{UNFINISHED} {text}", max_report_chars)
 
 
-def searcher_turn(
-    program: Program,
-    run: SearcherRun,
-    *,
-    turn: int,
-    env_step: int,
-    top_k: int,
-    max_passage_chars: int,
-    max_notes_chars: int,
-    max_report_chars: int,
-) -> list[Step]:
-    """Run one ReAct turn of ``run`` (a role call, then the search it asks for) and return the recorded steps.
+class Searcher:
+    """One Searcher at work: its :class:`SearcherRun` and the :class:`SearchLoop` that takes its ReAct turns.
 
-    The role call is recorded with meta ``searcher``, ``turn``, ``wave``, ``env_step``, the executed ``action``
-    (``"search"`` or ``"report"``), the ``query`` or ``report`` and ``valid`` (the model's own output gave a usable
-    action: a parsed action with non-empty content). An unusable output is replaced, and a ``fallback`` event says by
-    what: the subtask as the query when the Searcher has not searched yet, otherwise a report from its last passages.
+    Each turn's role call is recorded with meta ``searcher``, ``turn``, ``wave``, ``env_step``, the executed
+    ``action`` (``"search"`` or ``"report"``), the ``query`` or ``report`` and ``valid`` (the model's own output gave a
+    usable action: a parsed action with non-empty content). An unusable output is replaced, and a ``fallback`` event
+    says by what: the subtask as the query when the Searcher has not searched yet, otherwise a report from its last
+    passages. A search's retrieval step carries the same ``searcher``/``turn``/``wave``/``env_step`` and ``fallback``
+    (True when the program's query stood in for the model's).
+
+    Args:
+        program: the team (its ``searcher`` role and retriever).
+        run: the Searcher's subtask and state, updated turn by turn.
+        options: the team's options (``top_k`` and the prompt sizes).
+        max_turns: the most turns the wave will grant. The wave enforces this limit and the step budget for all its
+            Searchers at once (one limit event per wave), so the loop's own budget is one turn more and never runs out.
     """
-    private = Trajectory(question=run.subtask)
-    meta = {"searcher": run.index, "turn": turn, "wave": run.wave, "env_step": env_step}
-    notes = format_notes(run.history, max_passage_chars=max_passage_chars, max_notes_chars=max_notes_chars)
-    pred = program.call_role("searcher", private, subtask=run.subtask, notes=notes)
-    call = private.steps[-1]
-    action, content = _read_turn(pred)
-    valid = action is not None and bool(content)
-    if valid:
-        executed = action
-    else:
-        executed = "report" if run.history else "search"
-        reason = "unparseable output" if pred is None else ("empty content" if action else "unknown action")
-        event = private.event("fallback", role="searcher", reason=reason, replaced_by=executed, **meta)
-        if pred is not None:
-            event.error = f"searcher output unusable: {reason}"
-    run.turns += 1
-    if executed == "search":
-        query = content if valid else run.subtask
-        call.meta.update(meta, action="search", query=query, valid=valid)
-        passages = program.retrieve(private, query, top_k)
-        private.steps[-1].meta.update(meta, fallback=not valid)
-        run.history.append((query, passages))
-    else:
-        run.report = content if valid else fallback_report(run, max_report_chars=max_report_chars)
+
+    def __init__(self, program: Program, run: SearcherRun, options: TeamOptions, *, max_turns: int) -> None:
+        self.program, self.run, self.options = program, run, options
+        self.loop = SearchLoop(
+            program,
+            Trajectory(question=run.subtask),
+            act=self._act,
+            k=options.top_k,
+            max_turns=max_turns + 1,
+            observe=self._observe,
+            meta={"searcher": run.index, "wave": run.wave},
+        )
+
+    def turn(self, trajectory: Trajectory, *, env_step: int) -> None:
+        """Take one turn (environment step ``env_step``), recorded in ``trajectory``."""
+        self.loop.trajectory = trajectory
+        self.loop.meta["env_step"] = env_step
+        self.loop.step()
+
+    def _act(self, loop: SearchLoop) -> SearchAction:
+        run, options = self.run, self.options
+        meta = {"searcher": run.index, "turn": loop.turn, "wave": run.wave, "env_step": loop.meta["env_step"]}
+        notes = format_notes(
+            run.history, max_passage_chars=options.max_passage_chars, max_notes_chars=options.max_notes_chars
+        )
+        pred = self.program.call_role("searcher", loop.trajectory, subtask=run.subtask, notes=notes)
+        call = loop.trajectory.steps[-1]  # the branch trajectory is this Searcher's alone
+        action, content = _read_turn(pred)
+        valid = action is not None and bool(content)
+        executed = action if valid else ("report" if run.history else "search")
+        if not valid:
+            reason = "unparseable output" if pred is None else ("empty content" if action else "unknown action")
+            event = loop.trajectory.event("fallback", role="searcher", reason=reason, replaced_by=executed, **meta)
+            if pred is not None:
+                event.error = f"searcher output unusable: {reason}"
+        run.turns += 1
+        if executed == "search":
+            query = content if valid else run.subtask
+            call.meta.update(meta, action="search", query=query, valid=valid)
+            loop.meta["fallback"] = not valid  # goes onto this turn's retrieval step
+            return SearchAction("search", query, meta={"valid": valid})
+        run.report = content if valid else fallback_report(run, max_report_chars=options.max_report_chars)
         run.forced = not valid
         call.meta.update(meta, action="report", report=run.report, valid=valid)
-    # the role call first, then its fallback note and retrieval
-    return [call, *[s for s in private.steps if s is not call]]
+        return SearchAction("answer", run.report, meta={"valid": valid})
+
+    def _observe(self, loop: SearchLoop, observation: Observation) -> None:
+        self.run.history.append((observation.query, observation.passages))
 
 
 def majority_vote(candidates: Sequence[str | None]) -> tuple[str, dict[str, int]]:
@@ -200,8 +227,6 @@ def majority_vote(candidates: Sequence[str | None]) -> tuple[str, dict[str, int]
     pool = real or said
     if not pool:
         return "", {}
-    from rolecall.evaluation.metrics import normalize_answer  # here: rolecall.evaluation imports rolecall.programs
-
     keys = [normalize_answer(c) or c.lower() for c in pool]
     votes = Counter(keys)
     best = max(votes.values())
@@ -216,8 +241,3 @@ def _read_turn(pred: dspy.Prediction | None) -> tuple[str | None, str]:
     action = str(pred.get("action") or "").strip().lower()
     content = " ".join(str(pred.get("content") or "").split())
     return (action if action in ("search", "report") else None), content
-
-
-def _cut(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3].rsplit(" ", 1)[0] + "..."
