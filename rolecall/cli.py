@@ -11,12 +11,12 @@ Example::
     rolecall eval --program single_step_rag --dataset synthetic --limit 20 --threads 16
     rolecall eval --program opera --dataset hotpotqa --retriever dense --k 5 --out runs/opera-hotpot
     rolecall eval --program opera --dataset hotpotqa --out runs/opera-hotpot --resume    # continue a killed run
+    rolecall eval --load runs/opera-sft --dataset synthetic                               # a saved, trained program
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import logging
 import sys
@@ -27,7 +27,13 @@ from typing import Any
 
 from rolecall.data.corpus import DEV_SUBSET_FILES, dev_subset_path
 from rolecall.errors import ConfigError, RolecallError
-from rolecall.programs.registry import get_program_class, program_names
+from rolecall.programs.registry import (
+    get_program_class,
+    option_names,
+    parse_program_options,
+    program_names,
+    saved_program,
+)
 from rolecall.utils.logs import quiet_repeated_warnings
 
 __all__ = ["main", "build_parser"]
@@ -61,10 +67,19 @@ def _add_eval_parser(sub: Any) -> None:
         epilog="examples:\n"
         "  rolecall eval --program single_step_rag --dataset synthetic --limit 20 --threads 16\n"
         "  rolecall eval --program opera --dataset musique --retriever dense --out runs/opera-musique\n"
-        "  rolecall eval --program opera --dataset musique --out runs/opera-musique --resume",
+        "  rolecall eval --program opera --dataset musique --out runs/opera-musique --resume\n"
+        "  rolecall eval --load runs/opera-compiled --dataset synthetic --limit 50",
         formatter_class=_HelpFormatter,
     )
-    p.add_argument("--program", required=True, choices=program_names(), help="the program to evaluate")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--program", choices=program_names(), help="the program to evaluate (prompt-only)")
+    which.add_argument(
+        "--load",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="evaluate a saved (compiled) program: the directory Program.save wrote, adapters included",
+    )
     data = p.add_argument_group("data")
     data.add_argument(
         "--dataset", default="synthetic", choices=DATASET_CHOICES, help="the benchmark (default: %(default)s)"
@@ -139,8 +154,8 @@ def _add_eval_parser(sub: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a program option, passed to the program's constructor; VALUE is parsed as JSON when it can be "
-        "(e.g. -o max_steps=4 -o verbose=true); repeatable",
+        help="a program option, checked against the program's options before anything loads and parsed by its "
+        "type (e.g. -o max_steps=4 -o use_rewrite=false -o k_schedule=5,10 -o demo_policy=never); repeatable",
     )
     run = p.add_argument_group("run")
     run.add_argument(
@@ -205,20 +220,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --------------------------------------------------------------------------------------------------------- helpers
-def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["a=1", "b=x"]`` → ``{"a": 1, "b": "x"}`` (values parsed as JSON when possible)."""
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip().isidentifier():
-            raise ConfigError(f"--option expects KEY=VALUE with KEY a Python identifier, got {pair!r}")
-        try:
-            options[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key.strip()] = value
-    return options
-
-
 def _check_eval_args(args: argparse.Namespace) -> None:
     for name in ("threads", "k", "max_tokens"):
         if getattr(args, name) < 1:
@@ -227,6 +228,8 @@ def _check_eval_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     if args.resume and args.out is None:
         raise ConfigError("--resume needs --out DIR, the directory of the run to continue")
+    if args.load is not None and args.option:
+        raise ConfigError("--load evaluates a saved program with its saved options; -o cannot change them")
 
 
 def _existing(path: Path, what: str) -> Path:
@@ -266,15 +269,6 @@ def _load_data(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
     return list(examples), list(corpus)
 
 
-def _accepts(cls: type, name: str) -> bool:
-    """Whether ``cls(...)`` names a parameter ``name``."""
-    try:
-        params = inspect.signature(cls.__init__).parameters  # not cls: dspy.Module's metaclass hides it
-    except (TypeError, ValueError):
-        return False
-    return name in params  # not via **kwargs: a program that does not name the option may not expect it
-
-
 def _build_retriever(kind: str, corpus: list[Any], k: int) -> Any:
     if kind == "dense":
         from rolecall.retrievers.dense import DenseRetriever
@@ -296,8 +290,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from rolecall.programs.registry import build_program
 
     _check_eval_args(args)
-    options = _parse_options(args.option)
-    program_cls = get_program_class(args.program)  # fail on a broken registry entry before loading anything
+    if args.load is not None:  # fail on a missing or foreign directory before loading anything
+        args.program, program_cls = saved_program(args.load)
+        options: dict[str, Any] = {}
+    else:
+        program_cls = get_program_class(args.program)  # fail on a broken registry entry before loading anything
+        options = parse_program_options(args.program, args.option)
     out = args.out or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-eval-{args.program}"
     examples, corpus = _load_data(args)
     # A program class may declare `uses_retriever = False` (closed-book baselines): then no index is built.
@@ -305,9 +303,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         _build_retriever(args.retriever, corpus, args.k) if getattr(program_cls, "uses_retriever", True) else None
     )
     lm = LocalLM(args.model or DEFAULT_LM, temperature=args.temperature, max_tokens=args.max_tokens)
-    if "top_k" not in options and _accepts(program_cls, "top_k"):
-        options["top_k"] = args.k
-    program = build_program(args.program, retriever, lm, **options)
+    if args.load is not None:
+        program = program_cls.load(args.load, retriever=retriever, lm=lm)
+    else:
+        if "top_k" not in options and "top_k" in option_names(program_cls):
+            options["top_k"] = args.k
+        program = build_program(args.program, retriever, lm, **options)
 
     out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}

@@ -14,7 +14,7 @@ from pathlib import Path
 import dspy
 import pytest
 
-from rolecall.cli import _accepts, build_parser, main
+from rolecall.cli import build_parser, main
 from rolecall.programs import registry
 from rolecall.programs.core.trajectory import Step, Trajectory
 
@@ -127,7 +127,7 @@ def test_k_reaches_top_k_of_dspy_module_programs():
         def __init__(self, retriever=None, *, lm=None, top_k: int = 5):
             super().__init__()
 
-    assert _accepts(Program, "top_k") and not _accepts(Program, "max_steps")
+    assert registry.option_names(Program) == ["top_k"]
 
 
 def test_eval_flashrag_files_keep_corpus_ids(fake_program, tmp_path, capsys):
@@ -167,3 +167,82 @@ def test_eval_smoke_with_the_embedded_lm(tmp_path):
     assert summary["n"] == 3 and summary["lm_calls"] >= 1
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert all(len(r["retrieved_ids"]) <= 2 for r in records)  # --k 2 reached the program's top_k
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("no_such_option=3", "program 'opera' has no option 'no_such_option'; its options are: max_passage_chars"),
+        ("use_rewrite=maybe", "option use_rewrite='maybe' is not valid: use_rewrite must be a bool"),
+        ("top_k=0", "option top_k must be an int >= 1, got 0"),
+        ("k_schedule=5,x", "option k_schedule='5,x' is not valid"),
+        ("demo_policy=sometimes", "option demo_policy='sometimes' is not valid: choose one of always, never"),
+    ],
+)
+def test_bad_program_options_fail_in_one_line_before_anything_loads(option, message, monkeypatch, capsys):
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the options were checked")
+
+    monkeypatch.setattr("rolecall.lm.local.LocalLM", no_model)
+    monkeypatch.setattr("rolecall.cli._load_data", no_model)
+    assert main(["eval", "--program", "opera", "-o", option]) == 1
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_good_program_options_are_parsed_by_type():
+    values = registry.parse_program_options("opera", ["use_rewrite=false", "k_schedule=5,10", "demos=none"])
+    assert values == {"use_rewrite": False, "k_schedule": (5, 10), "demos": None}
+
+
+def test_eval_load_needs_a_saved_program_directory(fake_program, tmp_path, capsys):
+    assert main(["eval", "--load", str(tmp_path / "nowhere")]) == 1
+    assert "program.json does not exist" in capsys.readouterr().err
+    assert main(["eval", "--load", str(tmp_path), "-o", "top_k=2"]) == 1
+    assert "-o cannot change them" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # --program and --load exclude each other
+        main(["eval", "--load", str(tmp_path), "--program", "opera"])
+
+
+def test_eval_load_evaluates_a_saved_program_with_its_adapters(
+    tmp_path, tiny_model, smollm_tokenizer, monkeypatch, capsys
+):
+    """A program saved with a trained (changed) adapter, evaluated by `rolecall eval --load` on a tiny local model:
+    the adapter weights reach the evaluated program and the demo-free role runs without demos."""
+    import torch
+
+    from rolecall.lm import LocalLM
+    from rolecall.programs import SingleStepRAG
+
+    model_dir, saved = tmp_path / "tiny", tmp_path / "saved"
+    tiny_model.save_pretrained(model_dir)
+    smollm_tokenizer.save_pretrained(model_dir)
+    lm = LocalLM(str(model_dir), max_tokens=4)
+    program = SingleStepRAG(None, lm=lm, top_k=2)
+    lora = [p for n, p in lm.hf_model.named_parameters() if "lora_B" in n and ".answer." in n]
+    with torch.no_grad():
+        for p in lora:
+            p.add_(0.5)  # stands in for a training step
+    trained = {n: p.detach().clone() for n, p in lm.hf_model.named_parameters() if ".answer." in n}
+    program.mark_trained("answer")
+    program.save(saved)
+    loaded_weights = {}
+    original = LocalLM.load_adapter
+
+    def spy(self, path, name=None):
+        view = original(self, path, name=name)
+        loaded_weights.update({n: p.detach().clone() for n, p in self.hf_model.named_parameters() if ".answer." in n})
+        return view
+
+    monkeypatch.setattr(LocalLM, "load_adapter", spy)
+    out = tmp_path / "run"
+    argv = ["eval", "--load", str(saved), "--model", str(model_dir), "--limit", "2", "--k", "2", "--max-tokens", "4"]
+    assert main([*argv, "--out", str(out), "--no-progress", "--threads", "2"]) == 0
+    assert "single_step_rag on synthetic (2 questions" in capsys.readouterr().out
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    steps = [s for r in records for s in r["trajectory"]["steps"] if s["kind"] == "role"]
+    assert steps and all(s["adapter"] == "answer" for s in steps)
+    assert all(len(s["messages"]) == 2 for s in steps)  # system + question: no demo turns
+    assert json.loads((out / "config.json").read_text())["program"] == "single_step_rag"
+    assert loaded_weights.keys() == trained.keys() and trained
+    assert all(torch.equal(loaded_weights[n], trained[n]) for n in trained)  # the trained weights were evaluated

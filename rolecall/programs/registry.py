@@ -7,13 +7,29 @@ only when asked for, so listing the names (``rolecall eval --help``) never loads
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
+import json
 import logging
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rolecall.errors import ConfigError
+from rolecall.programs.core.demos import DEMO_POLICIES
+from rolecall.programs.core.options import parse_option
+from rolecall.programs.core.saving import read_payload
 
-__all__ = ["PROGRAMS", "program_names", "get_program_class", "build_program"]
+__all__ = [
+    "PROGRAMS",
+    "program_names",
+    "get_program_class",
+    "build_program",
+    "option_names",
+    "parse_program_options",
+    "saved_program",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -99,3 +115,92 @@ def build_program(name: str, retriever: Any = None, lm: Any = None, **options: A
     cls = get_program_class(name)
     logger.debug("building program %s (%s) with options %s", name, PROGRAMS[name], options)
     return cls(retriever=retriever, lm=lm, **options)
+
+
+def option_names(cls: type) -> list[str]:
+    """The option names of a program class: the fields of its ``Options`` dataclass, or, for a class that follows
+    the contract without one, the keyword parameters its ``__init__`` names (not those behind ``**kwargs``)."""
+    options = getattr(cls, "Options", None)
+    if dataclasses.is_dataclass(options):
+        return [f.name for f in dataclasses.fields(options)]
+    try:
+        params = inspect.signature(cls.__init__).parameters  # not cls: dspy.Module's metaclass hides it
+    except (TypeError, ValueError):
+        return []
+    skip = {"self", "retriever", "lm"}
+    return [n for n, p in params.items() if n not in skip and p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+
+def parse_program_options(name: str, pairs: Sequence[str]) -> dict[str, Any]:
+    """The constructor options of program ``name`` written as ``KEY=VALUE`` strings (the CLI's ``-o``), parsed by
+    each option's type and validated against the program's ``Options`` class before anything loads.
+
+    Besides the options, ``demos`` (auto / none), ``demo_policy`` (always / never / until_trained) and
+    ``per_role_adapters`` (a bool) are accepted. For a registered class without an ``Options`` dataclass, values are parsed as JSON when they can be.
+
+    Raises:
+        ConfigError: a pair that is not ``KEY=VALUE``, an option the program does not have (the message lists the
+            ones it has), or a value of the wrong type or out of range (the message names option, value and what is
+            accepted).
+
+    Example:
+        >>> parse_program_options("opera", ["max_rewrites=1", "use_rewrite=no"])
+        {'max_rewrites': 1, 'use_rewrite': False}
+    """
+    cls = get_program_class(name)
+    names = option_names(cls) if dataclasses.is_dataclass(getattr(cls, "Options", None)) else []
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ConfigError(f"--option expects KEY=VALUE with KEY a Python identifier, got {pair!r}")
+        if not names:
+            try:
+                values[key] = json.loads(raw)
+            except json.JSONDecodeError:
+                values[key] = raw
+        elif key == "demos":
+            if raw.strip().lower() not in ("auto", "none", "null"):
+                raise ConfigError(f"option demos={raw!r} is not valid: choose auto (built-in demos) or none")
+            values[key] = "auto" if raw.strip().lower() == "auto" else None
+        elif key == "demo_policy":
+            if raw not in DEMO_POLICIES:
+                raise ConfigError(f"option demo_policy={raw!r} is not valid: choose one of {', '.join(DEMO_POLICIES)}")
+            values[key] = raw
+        elif key == "per_role_adapters":
+            values[key] = parse_option(_BaseSwitches, key, raw)
+        elif key not in names:
+            raise ConfigError(
+                f"program {name!r} has no option {key!r}; its options are: {', '.join(names)} "
+                "(and demos, demo_policy, per_role_adapters)"
+            )
+        else:
+            values[key] = parse_option(cls.Options, key, raw)
+    if names:
+        cls.Options.from_kwargs(name, {k: v for k, v in values.items() if k in names})  # ranges, cross-field checks
+    return values
+
+
+@dataclasses.dataclass(kw_only=True)
+class _BaseSwitches:
+    per_role_adapters: bool = True
+
+
+def saved_program(path: str | Path) -> tuple[str, type]:
+    """The registered name and class of the program saved in directory ``path`` (by :meth:`Program.save`).
+
+    Raises:
+        ModelLoadError: ``path`` holds no readable ``program.json``.
+        ConfigError: the saved class is not a registered program.
+    """
+    payload = read_payload(Path(path))
+    saved = str(payload.get("program", ""))
+    for name in program_names():
+        cls = get_program_class(name)
+        if f"{cls.__module__}.{cls.__qualname__}" == saved:
+            return name, cls
+    raise ConfigError(
+        f"{path} holds a {saved or 'program of unknown class'}, which is not a registered program; registered: "
+        f"{', '.join(program_names())}"
+    )
