@@ -28,6 +28,7 @@ __all__ = [
     "jsonable",
     "first_line",
     "count_tokens",
+    "fill_lm_record",
     "completion_texts",
     "read_sections",
     "read_list",
@@ -177,6 +178,32 @@ def read_list(value: str) -> list[str]:
             return [str(x) for x in data]
         value = value.strip("[]")
     return [line.strip().strip('",').strip() for line in value.splitlines() if line.strip().strip('",').strip()]
+
+
+def fill_lm_record(step: Step, recorder: LMCallRecorder, tracker: Any, *, fallback_lm: Any = None) -> None:
+    """Copy what ``recorder`` and DSPy's usage ``tracker`` saw of one role call into ``step``: the last call's
+    messages and completion(s), earlier attempts, an LM-side error, token usage and the adapter that answered."""
+    calls = recorder.ordered()
+    if calls:
+        last = calls[-1]
+        step.messages = last["messages"]
+        step.completion = last["completions"][0] if last["completions"] else None
+        if len(last["completions"]) > 1:
+            step.meta["completions"] = last["completions"]
+        if len(calls) > 1:
+            step.meta["attempts"] = [{"messages": c["messages"], "completions": c["completions"]} for c in calls]
+        if step.error is None and last["error"]:
+            step.error = last["error"]
+    prompt_tokens = completion_tokens = 0
+    for usage in tracker.get_total_tokens().values():
+        prompt_tokens += int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
+        completion_tokens += int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+    if prompt_tokens == 0 and calls:
+        prompt_tokens, completion_tokens = count_tokens(calls)
+    step.usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "lm_calls": len(calls)}
+    lm = calls[-1]["lm"] if calls else fallback_lm
+    adapter = getattr(lm, "adapter", None)
+    step.adapter = adapter if isinstance(adapter, str) else None
 
 
 def completion_texts(step: Step) -> list[str]:

@@ -1,4 +1,5 @@
-"""Few-shot demos of a program's roles: the per-role demo policy and the one pattern every built-in demo set follows.
+"""Few-shot demos of a program's roles: the per-role demo policy and the one pattern every built-in demo set follows
+(and the check of adapter groups, which decide which roles a trained, demo-free adapter covers).
 
 A role's **demo policy** says when it is shown demos:
 
@@ -16,7 +17,7 @@ A role's **demo policy** says when it is shown demos:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
 import dspy
@@ -24,7 +25,7 @@ import dspy
 from rolecall.errors import ConfigError
 from rolecall.programs.core.demo_source import default_demo_source
 
-__all__ = ["DemoPolicy", "DEMO_POLICIES", "Demos", "built_in_demos", "resolve_policies"]
+__all__ = ["DemoPolicy", "DEMO_POLICIES", "Demos", "built_in_demos", "resolve_policies", "check_adapter_groups"]
 
 DemoPolicy = Literal["always", "never", "until_trained"]
 """When a role sees its few-shot demos (see the module docstring)."""
@@ -83,3 +84,23 @@ def resolve_policies(policy: DemoPolicy | Mapping[str, DemoPolicy], roles: list[
         raise ConfigError(f"demo_policy names unknown roles {unknown}; the roles are {roles}")
     default = policy.get("*", "until_trained")
     return {role: policy.get(role, default) for role in roles}
+
+
+def check_adapter_groups(groups: Mapping[str, Sequence[str]], roles: list[str]) -> dict[str, list[str]]:
+    """Validate adapter groups (adapter name -> roles sharing it) against a program's roles.
+
+    Raises:
+        ConfigError: an empty group name, a role the program lacks, or a role in two groups.
+    """
+    owner: dict[str, str] = {}
+    for name, members in groups.items():
+        if not name or not isinstance(name, str):
+            raise ConfigError(f"adapter group names must be non-empty strings, got {name!r}")
+        unknown = sorted(set(members) - set(roles))
+        if unknown:
+            raise ConfigError(f"adapter group {name!r} names unknown roles {unknown}; the roles are {sorted(roles)}")
+        for role in members:
+            if role in owner:
+                raise ConfigError(f"role {role!r} is in two adapter groups, {owner[role]!r} and {name!r}")
+            owner[role] = name
+    return {name: list(members) for name, members in groups.items()}

@@ -1,19 +1,10 @@
 """``Program``: the contract every rolecall program follows (roles, adapter groups, demo policy, recorded role calls).
 
-A program is a ``dspy.Module`` whose predictors are its roles. ``forward(question)`` returns
-``dspy.Prediction(answer=str, trajectory=Trajectory)`` and never raises: :meth:`Program.forward` runs the subclass's
-``_run`` and turns any exception into a recorded failure step with an empty answer. Role calls go through
-:meth:`Program.call_role`, which records the exact chat messages and raw completions of every LM call (via a DSPy
-callback scoped to that one call, so concurrent questions never see each other's messages), the parsed outputs or the
-parse error with whatever fields could be salvaged, the adapter that answered, the wall time and the token usage.
-
-A subclass declares:
-
-- ``Options``: its options dataclass (:mod:`rolecall.programs.core.options`), validated before any model loads;
-- ``ROLES``: every role it can have (an ablation may leave some out), and ``MAX_TOKENS`` (each role's token budget);
-- ``_build_roles()``: creates the predictors as plain attributes (so DSPy's optimizers find them);
-- ``default_demos()``: its built-in demos, and ``default_adapter_groups()`` where roles share an adapter;
-- ``_run(question, trajectory)``: the control flow.
+A program is a ``dspy.Module`` whose predictors are its roles; ``forward(question)`` returns
+``dspy.Prediction(answer=str, trajectory=Trajectory)`` and never raises. A subclass declares ``Options`` (its options
+dataclass, :mod:`rolecall.programs.core.options`), ``ROLES`` (every role it can have) and ``MAX_TOKENS``, and writes
+``_build_roles()`` (the predictors, as attributes so DSPy's optimizers find them), ``default_demos()``,
+``default_adapter_groups()`` where roles share an adapter, and ``_run(question, trajectory)``: the control flow.
 """
 
 from __future__ import annotations
@@ -35,14 +26,14 @@ from rolecall.programs.core import saving
 from rolecall.programs.core.calls import (
     COMPLETED_MARKER,
     LMCallRecorder,
-    count_tokens,
     default_lm_kwargs,
+    fill_lm_record,
     first_line,
     is_local_lm,
     jsonable,
     salvage_fields,
 )
-from rolecall.programs.core.demos import DemoPolicy, Demos, resolve_policies
+from rolecall.programs.core.demos import DemoPolicy, Demos, check_adapter_groups, resolve_policies
 from rolecall.programs.core.options import ProgramOptions
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.text import format_passages
@@ -124,9 +115,8 @@ class Program(dspy.Module):
         self._role_lms: dict[str, Any] = {}
         self.demo_free_adapters: set[str] = set()
         self._build_roles()
-        self.adapter_groups = self._check_groups(
-            self.default_adapter_groups() if adapter_groups is None else adapter_groups
-        )
+        groups = self.default_adapter_groups() if adapter_groups is None else adapter_groups
+        self.adapter_groups = check_adapter_groups(groups, list(self.ROLES or self.roles))
         self.demo_policy = resolve_policies(demo_policy, list(self.ROLES or self.roles))
         self._apply_demos(demos)
         self._bind_lm()
@@ -149,8 +139,7 @@ class Program(dspy.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, question: str) -> dspy.Prediction:
-        """Answer ``question``: ``Prediction(answer, trajectory, ...)``. Never raises: an exception becomes an
-        ``error`` event step and the empty answer."""
+        """Answer ``question`` (``Prediction(answer, trajectory, ...)``); an exception becomes an ``error`` step."""
         trajectory = Trajectory(question=question)
         return self.guarded(trajectory, self._run, question, trajectory)
 
@@ -182,23 +171,6 @@ class Program(dspy.Module):
         if role not in roles:
             raise ConfigError(f"{type(self).__name__} has no role {role!r}; its roles are {sorted(roles)}")
         return roles[role]
-
-    def _check_groups(self, groups: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
-        known = set(self.ROLES or self.roles)
-        owner: dict[str, str] = {}
-        for name, members in groups.items():
-            if not name or not isinstance(name, str):
-                raise ConfigError(f"adapter group names must be non-empty strings, got {name!r}")
-            unknown = sorted(set(members) - known)
-            if unknown:
-                raise ConfigError(
-                    f"adapter group {name!r} names unknown roles {unknown}; the roles are {sorted(known)}"
-                )
-            for role in members:
-                if role in owner:
-                    raise ConfigError(f"role {role!r} is in two adapter groups, {owner[role]!r} and {name!r}")
-                owner[role] = name
-        return {name: [r for r in members] for name, members in groups.items()}
 
     def adapter_name(self, role: str) -> str:
         """The LoRA adapter ``role`` trains and runs with: its group's name, else the role's own name."""
@@ -352,7 +324,7 @@ class Program(dspy.Module):
             logger.debug("role %s failed", role, exc_info=True)
             step.error = f"{type(e).__name__}: {first_line(str(e))}"
         step.seconds = time.perf_counter() - start
-        self._fill_lm_record(step, recorder, tracker)
+        fill_lm_record(step, recorder, tracker, fallback_lm=self.role_lm(role))
         if step.error is not None:
             prediction = None
             salvaged = salvage_fields(step, list(predictor.signature.output_fields))
@@ -362,29 +334,6 @@ class Program(dspy.Module):
                     prediction = dspy.Prediction(**salvaged)
         trajectory.add(step)
         return prediction
-
-    def _fill_lm_record(self, step: Step, recorder: LMCallRecorder, tracker: UsageTracker) -> None:
-        calls = recorder.ordered()
-        if calls:
-            last = calls[-1]
-            step.messages = last["messages"]
-            step.completion = last["completions"][0] if last["completions"] else None
-            if len(last["completions"]) > 1:
-                step.meta["completions"] = last["completions"]
-            if len(calls) > 1:
-                step.meta["attempts"] = [{"messages": c["messages"], "completions": c["completions"]} for c in calls]
-            if step.error is None and last["error"]:
-                step.error = last["error"]
-        prompt_tokens = completion_tokens = 0
-        for usage in tracker.get_total_tokens().values():
-            prompt_tokens += int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
-            completion_tokens += int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
-        if prompt_tokens == 0 and calls:
-            prompt_tokens, completion_tokens = count_tokens(calls)
-        step.usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "lm_calls": len(calls)}
-        lm = calls[-1]["lm"] if calls else self.role_lm(step.role)
-        adapter = getattr(lm, "adapter", None)
-        step.adapter = adapter if isinstance(adapter, str) else None
 
     def retrieve(self, trajectory: Trajectory, query: str, k: int) -> list[Passage]:
         """Top-``k`` passages for ``query``, recorded as a retrieval step; failures give an error step and ``[]``."""
@@ -427,19 +376,7 @@ class Program(dspy.Module):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Program:
         # Predictors and demos are copied; the retriever and every LM (the model weights) are shared.
-        shared = [self.retriever, self.lm, *self._role_lms.values()]
-        shared += [p.lm for _, p in self.named_predictors() if p.lm is not None]
-        for obj in shared:
-            if obj is not None:
-                memo[id(obj)] = obj
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        for name, value in self.__dict__.items():
-            try:
-                new.__dict__[name] = copy.deepcopy(value, memo)
-            except Exception:  # an uncopyable handle (lock, file) is shared rather than copied
-                new.__dict__[name] = value
-        return new
+        return saving.copy_program(self, memo)
 
     def save(self, path: str | Path, save_program: bool = False, modules_to_serialize: Any = None) -> None:
         """Write ``path/program.json`` (options, adapter groups, demo policy, which adapters were trained demo-free,

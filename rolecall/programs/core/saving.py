@@ -6,6 +6,7 @@ dumped state (demos, instructions, signatures). Format 1 (before adapter groups)
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import logging
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from rolecall.programs.core.program import Program
     from rolecall.retrievers.base import Retriever
 
-__all__ = ["save_program", "load_program", "STATE_FILE", "ADAPTER_DIR", "read_payload"]
+__all__ = ["save_program", "load_program", "copy_program", "STATE_FILE", "ADAPTER_DIR", "read_payload"]
 
 logger = logging.getLogger(__name__)
 
@@ -122,3 +123,21 @@ def _constructor_args(cls: type[Program], config: dict[str, Any]) -> dict[str, A
     option_names = {f for f in getattr(cls.Options, "__dataclass_fields__", {})}
     base = {"per_role_adapters", "lm_kwargs"}
     return {k: v for k, v in config.items() if k in option_names or k in base or k in params}
+
+
+def copy_program(program: P, memo: dict[int, Any]) -> P:
+    """A deep copy of ``program`` for ``copy.deepcopy``: predictors and demos are copied; the retriever and every LM
+    (the model weights) are shared; an uncopyable handle (a lock, a file) is shared rather than copied."""
+    shared = [program.retriever, program.lm, *program._role_lms.values()]
+    shared += [p.lm for _, p in program.named_predictors() if p.lm is not None]
+    for obj in shared:
+        if obj is not None:
+            memo[id(obj)] = obj
+    new = type(program).__new__(type(program))
+    memo[id(program)] = new
+    for name, value in program.__dict__.items():
+        try:
+            new.__dict__[name] = copy.deepcopy(value, memo)
+        except Exception:  # an uncopyable handle (lock, file) is shared rather than copied
+            new.__dict__[name] = value
+    return new

@@ -67,8 +67,8 @@ class SearchLoop:
         exhausted_event: the event recorded when the budget runs out without an answer or a stop.
 
     Example:
-        >>> loop = SearchLoop(program, t, act=lambda lp: SearchAction("answer", "Varn"), k=3, max_turns=2)  # doctest: +SKIP
-        >>> loop.run().answer                                                                             # doctest: +SKIP
+        >>> answer_at_once = lambda loop: SearchAction("answer", "Varn")
+        >>> SearchLoop(program, trajectory, act=answer_at_once, k=3, max_turns=2).run().answer  # doctest: +SKIP
         'Varn'
     """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import dspy
 import pytest
@@ -12,25 +13,51 @@ from dspy.utils.dummies import DummyLM
 
 from rolecall.errors import ConfigError, ModelLoadError
 from rolecall.programs import Program, Trajectory, format_passages
+from rolecall.programs.core.options import ProgramOptions, option
 from rolecall.retrievers.base import Passage
+
+
+@dataclass(kw_only=True)
+class QAOptions(ProgramOptions):
+    tag: str = "x"
+    """A label (checks that options survive save / load)."""
+    retries: int = option(1, low=0, high=3)
+    """Unused; has a range."""
 
 
 class QA(Program):
     """A two-role toy program: ``qa`` (Predict) and ``think`` (ChainOfThought)."""
 
-    def __init__(self, retriever=None, *, lm=None, demos=None, per_role_adapters=True, tag: str = "x"):
-        super().__init__(retriever, lm=lm, per_role_adapters=per_role_adapters)
-        self._config = {"tag": tag}
+    Options = QAOptions
+    ROLES = ("qa", "think")
+
+    def _build_roles(self) -> None:
         self.qa = dspy.Predict("question -> answer")
         self.think = dspy.ChainOfThought("question -> answer")
-        if demos:
-            self.set_demos(demos)
-        self._bind_lm()
 
-    def forward(self, question: str) -> dspy.Prediction:
-        trajectory = Trajectory(question=question)
+    def default_demos(self) -> dict[str, list[dspy.Example]]:
+        return {"qa": [dspy.Example(question="built-in q", answer="built-in a").with_inputs("question")]}
+
+    def _run(self, question: str, trajectory: Trajectory) -> dspy.Prediction:
+        if question == "explode":
+            raise RuntimeError("boom inside _run")
         pred = self.call_role("qa", trajectory, question=question)
         return dspy.Prediction(answer=pred.answer if pred else "", trajectory=trajectory)
+
+
+class FakeLocal:
+    """Stands in for a LocalLM's adapter views: ``for_role(name)`` gives one DummyLM per adapter name."""
+
+    def __init__(self, answer: str = "a"):
+        self.views: dict[str, DummyLM] = {}
+        self.answer = answer
+
+    def for_role(self, name):
+        if name not in self.views:
+            view = DummyLM([{"answer": self.answer}] * 20)
+            view.adapter = name
+            self.views[name] = view
+        return self.views[name]
 
 
 def test_roles_are_named_after_attributes():
@@ -52,14 +79,6 @@ def test_lm_is_bound_to_every_role_and_set_role_lm_overrides():
 
 
 def test_bind_role_adapters_gives_each_role_its_view():
-    class FakeLocal:
-        def __init__(self):
-            self.views = {}
-
-        def for_role(self, name):
-            self.views[name] = DummyLM([{"answer": name}])
-            return self.views[name]
-
     program, local = QA(), FakeLocal()
     program.bind_role_adapters(local)
     assert sorted(local.views) == ["qa", "think"]
@@ -184,9 +203,111 @@ def test_save_load_round_trip(tmp_path):
     program.qa.signature = program.qa.signature.with_instructions("Answer tersely.")
     program.save(tmp_path / "prog")
     loaded = QA.load(tmp_path / "prog")
-    assert loaded._config == {"tag": "saved"}
+    assert loaded.options.tag == "saved" and loaded.tag == "saved"
     assert [d.toDict() for d in loaded.qa.demos] == [{"question": "q1", "answer": "a1"}]
     assert loaded.qa.signature.instructions == "Answer tersely."
     assert '"lm": null' in (tmp_path / "prog" / "program.json").read_text()
     with pytest.raises(ModelLoadError):
         QA.load(tmp_path / "missing")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "program.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="not valid JSON"):
+        QA.load(tmp_path / "bad")
+
+
+# ---------------------------------------------------------------------------------------------------- options
+def test_options_are_validated_with_the_name_the_value_and_the_range():
+    assert QA(retries=3).retries == 3
+    with pytest.raises(ConfigError, match=r"option retries must be an int in \[0, 3\], got 4"):
+        QA(retries=4)
+    with pytest.raises(ConfigError, match="option tag must be a str, got 5"):
+        QA(tag=5)
+    with pytest.raises(ConfigError, match="QA has no option 'nope'; its options are: tag, retries"):
+        QA(nope=1)
+
+
+# ---------------------------------------------------------------------------------------------------- forward
+def test_forward_turns_an_exception_into_a_recorded_failure():
+    pred = QA(lm=DummyLM([{"answer": "a"}]))(question="explode")
+    assert pred.answer == ""
+    (step,) = pred.trajectory.steps
+    assert step.kind == "event" and step.role == "error" and "boom inside _run" in step.error
+
+
+# ---------------------------------------------------------------------------------------------------- demos
+def test_auto_demos_come_from_the_default_demos_hook_and_unknown_roles_fail():
+    assert [d.question for d in QA().qa.demos] == ["built-in q"]
+    assert QA(demos=None).qa.demos == []
+    with pytest.raises(ConfigError, match="demos for unknown roles \\['nope'\\]"):
+        QA(demos={"nope": []})
+    with pytest.raises(ConfigError, match="demos must be 'auto', None or a dict"):
+        QA(demos="all")
+
+
+def test_demo_policy_never_and_until_trained():
+    assert QA(demo_policy="never").qa.demos == []
+    assert QA(demo_policy={"qa": "never"}).qa.demos == []
+    program = QA()  # until_trained by default
+    assert program.qa.demos and not program.runs_demo_free("qa")
+    assert program.mark_trained("qa") == ["qa"]
+    assert program.qa.demos == [] and program.runs_demo_free("qa")
+    program.set_demos({"qa": [dspy.Example(question="x", answer="y")]})  # a trained role stays demo-free
+    assert program.qa.demos == []
+    kept = QA(demo_policy="always")
+    assert kept.mark_trained("qa") == [] and kept.qa.demos
+    with pytest.raises(ConfigError, match="demo_policy for 'qa' must be one of"):
+        QA(demo_policy={"qa": "sometimes"})
+    with pytest.raises(ConfigError, match="no adapter 'nope'"):
+        program.mark_trained("nope")
+
+
+def test_demo_free_adapters_survive_save_and_load(tmp_path):
+    program = QA(adapter_groups={"shared": ["qa", "think"]})
+    program.mark_trained("shared")
+    program.save(tmp_path / "prog")
+    loaded = QA.load(tmp_path / "prog")
+    assert loaded.demo_free_adapters == {"shared"} and loaded.qa.demos == []
+    assert loaded.adapter_groups == {"shared": ["qa", "think"]}
+
+
+def test_a_demo_free_role_sends_a_shorter_prompt():
+    with_demos = QA(lm=DummyLM([{"answer": "a"}] * 2))
+    trained = QA(lm=DummyLM([{"answer": "a"}] * 2))
+    trained.mark_trained("qa")
+    long = with_demos(question="q").trajectory.steps[0].messages
+    short = trained(question="q").trajectory.steps[0].messages
+    assert len(short) < len(long)  # the demo's user/assistant turns are gone
+    assert "built-in q" in str(long) and "built-in q" not in str(short)
+
+
+# ---------------------------------------------------------------------------------------------------- adapter groups
+def test_adapter_groups_bind_several_roles_to_one_adapter_and_steps_record_it():
+    local = FakeLocal()
+    program = QA(lm=local, adapter_groups={"team": ["qa", "think"]})
+    program.lm = local
+    program.bind_role_adapters(local)
+    assert sorted(local.views) == ["team"]
+    assert program.role_lm("qa") is program.role_lm("think") is local.views["team"]
+    assert program.adapter_name("qa") == "team" and program.adapter_roles() == {"team": ["qa", "think"]}
+    step = program(question="q").trajectory.steps[0]
+    assert step.role == "qa" and step.adapter == "team"
+
+    solo = QA(adapter_groups={})
+    solo.bind_role_adapters(local)
+    assert solo.adapter_name("think") == "think" and "think" in local.views
+    with pytest.raises(ConfigError, match="unknown roles \\['nope'\\]"):
+        QA(adapter_groups={"g": ["nope"]})
+    with pytest.raises(ConfigError, match="in two adapter groups"):
+        QA(adapter_groups={"a": ["qa"], "b": ["qa"]})
+
+
+# ---------------------------------------------------------------------------------------------------- salvage
+def test_a_failed_parse_keeps_the_salvaged_fields_and_returns_them_on_request():
+    program = QA(lm=DummyLM([{"answer": "Varn"}] * 4), demos=None)  # never writes the level field
+    program.qa.signature = dspy.Signature("question -> answer, level: int")
+    trajectory = Trajectory()
+    assert program.call_role("qa", trajectory, question="q") is None
+    assert trajectory.steps[-1].meta["salvaged"] == {"answer": "Varn"}
+    pred = program.call_role("qa", trajectory, question="q", salvage=True)
+    assert pred.answer == "Varn" and pred.get("level") is None
+    assert trajectory.steps[-1].error.startswith("parse error")
