@@ -34,6 +34,7 @@ from rolecall.programs.core.calls import (
     salvage_fields,
 )
 from rolecall.programs.core.demos import DemoPolicy, Demos, check_adapter_groups, resolve_policies
+from rolecall.programs.core.gold import gold_call
 from rolecall.programs.core.options import ProgramOptions
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.text import format_passages
@@ -53,7 +54,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 P = TypeVar("P", bound="Program")
-R = TypeVar("R")
 
 
 class Program(dspy.Module):
@@ -285,19 +285,19 @@ class Program(dspy.Module):
         """Run ``role`` on ``inputs`` and record a ``Step(kind="role")``; None when the call or its parsing failed.
 
         Args:
-            role: the role to call.
-            trajectory: where the step is recorded.
+            role, trajectory: the role to call and where its step is recorded.
             lm_config: overrides the role's ``lm_kwargs`` for this one call (e.g. ``{"n": 5, "temperature": 1.0}``).
             salvage: when the output did not parse, return the output fields readable in the raw completion (a
                 ``Prediction`` of strings, missing fields absent) instead of None. The step keeps its parse error.
             **inputs: the role's input fields.
 
-        The step holds the inputs, the exact chat messages and raw completion of the (last) LM call, the parsed
-        outputs or the error, the adapter, the seconds taken and ``usage`` (``prompt_tokens``, ``completion_tokens``,
-        ``lm_calls``). Earlier attempts (DSPy's JSON fallback after a parse failure) go to ``meta["attempts"]``; the
-        fields readable in a failed call's raw completions go to ``meta["salvaged"]``.
+        The step holds the inputs, the exact messages and raw completion of the (last) LM call, the parsed outputs or
+        the error, the adapter, the seconds and ``usage``; earlier attempts (DSPy's JSON fallback) go to
+        ``meta["attempts"]``, the fields readable in a failed call's completions to ``meta["salvaged"]``.
         """
         predictor = self._predictor(role)
+        if (gold := gold_call(self, role, predictor, inputs, trajectory)) is not None:
+            return gold  # a gold-path run (rolecall.programs.core.gold): the given outputs, no LM call
         recorder, tracker = LMCallRecorder(), UsageTracker()
         step = Step(kind="role", role=role, inputs=jsonable(inputs))
         call_kwargs: dict[str, Any] = {}

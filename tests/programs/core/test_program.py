@@ -311,3 +311,33 @@ def test_a_failed_parse_keeps_the_salvaged_fields_and_returns_them_on_request():
     pred = program.call_role("qa", trajectory, question="q", salvage=True)
     assert pred.answer == "Varn" and pred.get("level") is None
     assert trajectory.steps[-1].error.startswith("parse error")
+
+
+# ---------------------------------------------------------------------------------------------------- gold path
+def test_a_gold_path_records_the_adapter_formatted_pair_without_calling_the_lm():
+    from rolecall.programs.core.gold import gold_path
+
+    lm = DummyLM([{"answer": "from the lm"}] * 3)
+    program = QA(lm=lm)
+    seen = []
+
+    def gold(program, role, inputs, trajectory):
+        seen.append((role, inputs))
+        return {"answer": "Paris"}
+
+    with gold_path(gold):
+        pred = program(question="Capital of France?")
+    assert pred.answer == "Paris" and seen == [("qa", {"question": "Capital of France?"})]
+    (step,) = pred.trajectory.steps
+    assert step.meta["gold"] and step.ok and step.outputs == {"answer": "Paris"} and step.adapter == "qa"
+    assert step.completion == "[[ ## answer ## ]]\nParis\n\n[[ ## completed ## ]]"
+    live = program(question="Capital of France?")  # outside the block the LM answers, with the same messages
+    assert live.answer == "from the lm" and live.trajectory.steps[0].messages == step.messages
+    program.mark_trained("qa")
+    with gold_path(gold):
+        demo_free = program(question="Capital of France?").trajectory.steps[0]
+    assert len(demo_free.messages) < len(step.messages)  # a demo-free role's gold pair has no demos
+    with gold_path(lambda *args: None):  # None: the LM answers
+        assert program(question="q").answer == "from the lm"
+    with gold_path(lambda *args: {}), pytest.raises(ValueError, match="lack the fields"):
+        program.call_role("qa", Trajectory(), question="q")
