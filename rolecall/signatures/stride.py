@@ -2,18 +2,23 @@
 
 Three layers, five modules (Sec. 3.2):
 
-- Strategy layer, Meta-Planner (Eq. 2): ``q -> P_q = (S_q, C_q)``: a General Strategy ``S_q`` (reasoning steps over
-  entity types, no names) and a Concrete Plan ``C_q`` (sub-questions grounded in the question's entities). Dependencies
-  between sub-questions are written as ``[entity from step N]`` placeholders. ``DirectPlan`` is the "w/o Meta-Planner"
-  ablation: the concrete plan alone, without the General Strategy.
+- Strategy layer, Meta-Planner (Eq. 2): ``q -> P_q = (S_q, C_q)``, in two calls: ``MetaPlan`` writes the General
+  Strategy ``S_q`` (reasoning steps over entity types, no names), then ``ConcretePlan`` instantiates it,
+  ``(q, S_q) -> C_q`` (sub-questions grounded in the question's entities; the paper derives ``C_q`` "by instantiating
+  ``S_q``", so the strategy is an input of the plan step). Dependencies between sub-questions are written as
+  ``[entity from step N]`` placeholders. ``DirectPlan`` is the "w/o Meta-Planner" ablation: the concrete plan alone,
+  without any General Strategy prompt. ``MetaPlan``'s output is named ``steps``: SmolLM2-135M writes no field at all
+  when a lone output is named ``strategy`` (it jumps to the completion marker).
 - Control layer, Supervisor (Eq. 3): ``(q, C_q, Ω) -> (α_i, z_i)`` with ``α_i ∈ {retrieve, rewrite, answer}``. The
   paper emits one directive per ready sub-question in one call; here one call answers for one ready sub-question (the
   calls of one iteration run concurrently), because a 135M model writes two flat fields reliably, not a list of
   typed directives. Its ``action`` is a plain string read leniently by the program (the first of
-  :data:`ACTIONS` it names), so "Retrieve." is not a parse failure.
+  :data:`ACTIONS` it names, :func:`rolecall.programs.stride.parse.read_action`), so "Retrieve." is not a parse
+  failure.
 - Execution layer: Extractor (Eq. 4) ``(z_i, D_{z_i}) -> E_i`` (atomic facts one per line, or ``none``: a plain string
   rather than a JSON list, which the default model often breaks by copying passage numbers), Reasoner (Eq. 5)
-  ``(c_i, X_i) -> a_i`` and the Fallback Reasoner ``(q, P_q, facts, passages) -> a_final``.
+  ``(c_i, X_i) -> a_i`` and the Fallback Reasoner ``(q, P_q, facts, passages) -> a_final``, whose ``plan`` is the
+  whole ``P_q``: the General Strategy and every sub-question with its answer or ``pending``.
 
 The paper does not publish its prompts; the instructions below are written from its descriptions and kept short (every
 instruction token is paid on every call of the default SmolLM2-135M model).
@@ -21,24 +26,20 @@ instruction token is paid on every call of the default SmolLM2-135M model).
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 import dspy
-
-from rolecall.signatures.types import is_null_answer
 
 __all__ = [
     "Action",
     "ACTIONS",
     "MetaPlan",
+    "ConcretePlan",
     "DirectPlan",
     "Supervise",
     "ExtractFacts",
     "ReasonAnswer",
     "FallbackAnswer",
-    "read_action",
-    "parse_facts",
 ]
 
 Action = Literal["retrieve", "rewrite", "answer"]
@@ -48,41 +49,21 @@ the facts already gathered (comparison, intersection) without searching."""
 ACTIONS: tuple[str, ...] = ("retrieve", "rewrite", "answer")
 """The values of :data:`Action`, in the paper's order."""
 
-_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)]|\[\d+\])\s*")
-
-
-def read_action(text: str | None) -> str | None:
-    """The first action named in the Supervisor's ``action`` output, None when it names none.
-
-    Example:
-        >>> read_action(" Rewrite."), read_action("search")
-        ('rewrite', None)
-    """
-    words = re.findall(r"[a-z]+", (text or "").lower())
-    return next((w for w in words if w in ACTIONS), None)
-
-
-def parse_facts(text: str | None) -> list[str]:
-    """The Extractor's facts: one per non-empty line, bullets and numbers stripped, ``none`` lines dropped, duplicates
-    removed.
-
-    Example:
-        >>> parse_facts("- Varn is in Ostria.\\n2. Ostria's capital is Dellin.\\n- Varn is in Ostria.")
-        ['Varn is in Ostria.', "Ostria's capital is Dellin."]
-        >>> parse_facts("none")
-        []
-    """
-    lines = (" ".join(_BULLET.sub("", line).split()) for line in (text or "").splitlines())
-    return list(dict.fromkeys(line for line in lines if line and not is_null_answer(line)))
-
 
 class MetaPlan(dspy.Signature):
-    """First write a general strategy: the reasoning steps over entity types (person, city, film), without names.
-    Then write the concrete plan: one short sub-question per step, using the names from the question.
+    """Write a general strategy for the question: the reasoning steps over entity types (person, city, film), one
+    step per fact to find, without names."""
+
+    question: str = dspy.InputField()
+    steps: list[str] = dspy.OutputField(desc="the general strategy: steps over entity types, no names")
+
+
+class ConcretePlan(dspy.Signature):
+    """Turn the strategy into a concrete plan: one short sub-question per step, using the names from the question.
     Where a sub-question needs an earlier answer, write [entity from step N]."""
 
     question: str = dspy.InputField()
-    strategy: list[str] = dspy.OutputField(desc="steps over entity types, no names")
+    strategy: list[str] = dspy.InputField(desc="steps over entity types")
     sub_questions: list[str] = dspy.OutputField(desc="ordered sub-questions")
 
 
@@ -129,7 +110,7 @@ class FallbackAnswer(dspy.Signature):
     """The plan could not be finished. Give the best short answer to the question from the plan, facts and passages."""
 
     question: str = dspy.InputField()
-    plan: str = dspy.InputField(desc="sub-questions with the answers found")
+    plan: str = dspy.InputField(desc="the strategy, and each sub-question with its answer or pending")
     facts: str = dspy.InputField(desc="facts found so far")
     passages: str = dspy.InputField(desc="retrieved passages")
     answer: str = dspy.OutputField(desc="a few words")

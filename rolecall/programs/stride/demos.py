@@ -2,40 +2,40 @@
 
 Every role of SmolLM2-135M needs two or three demos to follow DSPy's ChatAdapter format. From each gold decomposition:
 
-- meta_planner: question -> General Strategy (each step with its entity names replaced by their types) and Concrete Plan
-  (the gold sub-questions, ``#k`` written as ``[type from step k]``); a comparison gets a last, reasoning-only step;
+- meta_planner: question -> General Strategy (each gold step with its entity names replaced by their types);
+- planner: (question, General Strategy) -> Concrete Plan (the gold sub-questions, ``#k`` written as
+  ``[type from step k]``); a comparison gets a last, reasoning-only step (the direct-plan ablation drops the strategy);
 - supervisor: a first ``retrieve``, a ``rewrite`` after a failed query (naming the entity to look up) and an
   ``answer`` over solved comparison steps;
 - extractor: (query, gold passage + distractor) -> the passage sentence holding the answer; (query, distractors) ->
   none;
 - reasoner: (sub-question, facts) -> sub-answer, and a comparison answered from solved sub-answers;
-- fallback: (question, unfinished plan, facts, passages) -> the gold answer.
+- fallback: (question, unfinished plan P_q: strategy and sub-questions with answers or pending, facts, passages) -> the
+  gold answer.
 
 :func:`default_stride_demos` builds them once per process from ``default_demo_source()`` and returns copies.
 """
 
 from __future__ import annotations
 
-import functools
 import random
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import dspy
 
 from rolecall.data.types import Document, Example
 from rolecall.programs.core.demo_source import (
     as_corpus_mapping,
-    default_demo_source,
     demo_passages,
     distractor_docs,
     docs_by_id,
     filled_steps,
 )
+from rolecall.programs.core.demos import built_in_demos
 from rolecall.programs.stride.state import StrideState, format_facts
 
-__all__ = ["stride_demos", "default_stride_demos", "fit_demo", "gold_plan", "gold_strategy"]
+__all__ = ["stride_demos", "default_stride_demos", "gold_plan", "gold_strategy"]
 
 _TYPE_ORDER = ("compositional", "comparison", "inference", "single", "intersection", "bridge", "bridge_comparison")
 _PRONOUN = re.compile(r"^(It|He|She|They)\b")
@@ -128,16 +128,17 @@ def _pick(examples: Sequence[Example], n: int) -> list[Example]:
     return chosen
 
 
-def _state(plan: list[str], answers: Mapping[int, str]) -> StrideState:
-    state, _ = StrideState.from_plan(plan)
-    state.solved.update(answers)
+def _state(plan: list[str], answers: Mapping[int, str], strategy: Sequence[str] = ()) -> StrideState:
+    state, _ = StrideState.from_plan(plan, strategy)
+    state.solved.update(answers)  # gold answers, taken as they are
     return state
 
 
 def stride_demos(
     examples: Sequence[Example], corpus: Mapping[str, Document] | Sequence[Document], *, n: int = 3, seed: int = 0
 ) -> dict[str, list[dspy.Example]]:
-    """Demos for STRIDE's ``meta_planner``, ``supervisor``, ``extractor``, ``reasoner`` and ``fallback`` roles.
+    """Demos for STRIDE's ``meta_planner``, ``planner``, ``supervisor``, ``extractor``, ``reasoner`` and ``fallback``
+    roles.
 
     Args:
         examples: examples with gold decompositions whose supporting ids are in ``corpus``.
@@ -146,19 +147,22 @@ def stride_demos(
         seed: picks the distractor passages.
 
     Returns:
-        Role name -> list of ``dspy.Example`` with the role's input and output fields (the ``meta_planner`` demos carry
-        ``strategy`` too; the direct-plan ablation ignores it).
+        Role name -> list of ``dspy.Example`` with the role's input and output fields (the ``planner`` demos have
+        ``strategy`` as an input; the direct-plan ablation drops it, see
+        :func:`~rolecall.programs.stride.parse.fit_demo`).
     """
     corpus = as_corpus_mapping(corpus)
     rng = random.Random(seed)
     chosen = _pick(examples, n)
-    demos: dict[str, list[dspy.Example]] = {r: [] for r in ("meta_planner", "supervisor", "extractor", "reasoner")}
-    demos["fallback"] = []
+    roles = ("meta_planner", "planner", "supervisor", "extractor", "reasoner", "fallback")
+    demos: dict[str, list[dspy.Example]] = {r: [] for r in roles}
     for e in chosen:
-        demos["meta_planner"].append(
-            dspy.Example(
-                question=e.question, strategy=gold_strategy(e, corpus), sub_questions=gold_plan(e, corpus)
-            ).with_inputs("question")
+        strategy = gold_strategy(e, corpus)
+        demos["meta_planner"].append(dspy.Example(question=e.question, steps=strategy).with_inputs("question"))
+        demos["planner"].append(
+            dspy.Example(question=e.question, strategy=strategy, sub_questions=gold_plan(e, corpus)).with_inputs(
+                "question", "strategy"
+            )
         )
     n_steps = {e.id: len(e.decomposition or []) for e in chosen}
     chains = [e for e in chosen if n_steps[e.id] > 1 and len(gold_plan(e, corpus)) == n_steps[e.id]]
@@ -167,13 +171,13 @@ def stride_demos(
     _execution_demos(demos, chosen, comparisons, corpus, rng, n)
     for e in chains[: max(1, n - 1)]:
         plan, steps = gold_plan(e, corpus), e.decomposition or []
-        state = _state(plan, {k: s.answer for k, s in enumerate(steps[:-1], start=1)})
+        state = _state(plan, {k: s.answer for k, s in enumerate(steps[:-1], start=1)}, gold_strategy(e, corpus))
         last_docs = docs_by_id(corpus, steps[-1].supporting_ids)[:1]
         facts = [f for s in steps[:-1] for d in docs_by_id(corpus, s.supporting_ids)[:1] for f in _fact(d, s.answer)]
         demos["fallback"].append(
             dspy.Example(
                 question=e.question,
-                plan=state.render(),
+                plan=state.render_plan(),
                 facts=format_facts(facts),
                 passages=demo_passages(last_docs + distractor_docs(corpus, steps[-1].supporting_ids, 1, rng)),
                 answer=e.answer,
@@ -258,19 +262,5 @@ def _execution_demos(
         )
 
 
-@functools.lru_cache(maxsize=4)
-def _default_stride_demos(n: int) -> dict[str, tuple[dspy.Example, ...]]:
-    examples, corpus = default_demo_source()
-    return {role: tuple(d) for role, d in stride_demos(examples, corpus, n=n).items()}
-
-
-def default_stride_demos(*, n: int = 3) -> dict[str, list[dspy.Example]]:
-    """STRIDE's built-in demos from ``default_demo_source()`` (cached; each call returns fresh lists of copies)."""
-    return {role: [d.copy() for d in demos] for role, demos in _default_stride_demos(n).items()}
-
-
-def fit_demo(demo: Any, signature: type[dspy.Signature]) -> dspy.Example:
-    """``demo`` restricted to ``signature``'s fields (the direct-plan ablation drops the demos' ``strategy``)."""
-    data = demo.toDict() if hasattr(demo, "toDict") else dict(demo)
-    kept = {k: v for k, v in data.items() if k in signature.fields}
-    return dspy.Example(**kept).with_inputs(*[k for k in signature.input_fields if k in kept])
+default_stride_demos = built_in_demos(stride_demos)
+"""STRIDE's built-in demos from ``default_demo_source()`` (cached; each call returns fresh lists of copies)."""

@@ -5,9 +5,11 @@
     F  = failed queries per pending sub-question           -> StrideState.failures [Failure(id, z, reason), ...]
     P_ready = {c_i ∈ P | deps(c_i) ⊆ S}                    -> StrideState.ready()
 
-Dependencies are the ``[type from step j]`` (or ``#j``) placeholders of a sub-question; a reference to the same or a
-later step, or to a step outside the plan, is dropped when the plan is read (so the earliest pending sub-question is
-always ready). :func:`causal_rewrite_steps` reads back, from a trajectory, the Supervisor calls STRIDE-FT trains on.
+The plan, its dependencies, the ready set and the filling of answers into later sub-questions are the shared
+:class:`~rolecall.programs.core.plan.PlanGraph`: dependencies are the ``[type from step j]`` (or ``#j``) references of
+a sub-question, and a reference to the same or a later step, or to a step outside the plan, is dropped when the plan is
+read (so the earliest pending sub-question is always ready). :func:`causal_rewrite_steps` reads back, from a
+trajectory, the Supervisor calls STRIDE-FT trains on.
 """
 
 from __future__ import annotations
@@ -17,13 +19,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rolecall.programs.core.plan import fill_placeholders, find_placeholders
+from rolecall.programs.core.plan import PlanGraph, PlanStep
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.signatures.stride import Action
 from rolecall.signatures.types import is_null_answer
 
 __all__ = [
-    "SubQuestion",
     "Failure",
     "Directive",
     "BranchOutcome",
@@ -39,21 +40,6 @@ _STOPWORDS = frozenset(
     "who whom whose what which where when why how many much that this these those it its as into".split()
 )
 _QUESTION_WORDS = frozenset({"Who", "What", "Which", "Where", "When", "Why", "How", "In", "Is", "Was", "Did", "Does"})
-
-
-@dataclass(frozen=True)
-class SubQuestion:
-    """One sub-question ``c_i`` of the Concrete Plan ``C_q``.
-
-    Attributes:
-        id: 1-based position in the plan.
-        text: the sub-question as planned (placeholders unfilled).
-        depends_on: ids of the earlier sub-questions whose answers it needs.
-    """
-
-    id: int
-    text: str
-    depends_on: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,30 +87,34 @@ class Directive:
 
 @dataclass
 class BranchOutcome:
-    """What executing one ready sub-question produced: its steps, directive and outcome, merged into Ω after the
-    iteration's join (branches run concurrently and only read Ω).
+    """What executing one ready sub-question produced, merged into Ω after the iteration's join (branches run
+    concurrently and only read Ω; their steps go to the trajectory through
+    :func:`~rolecall.programs.core.parallel.run_branches`).
 
     Attributes:
         sq_id: the sub-question id.
-        steps: the branch's recorded steps, appended to the question's trajectory in plan order.
         directive: the directive executed, None when the Supervisor's was rejected.
-        supervisor_step: the Supervisor's step (its ``executed`` / ``resolved`` meta is set at the merge).
-        repeated_query: the failed query the Supervisor proposed again, if it did.
+        supervisor_step: the Supervisor's step (its ``executed`` / ``resolved`` meta is set when the branch ends).
         executed: a search ran.
         answer: the Reasoner's answer (empty when it failed).
         facts: E_i (the passage lines without an Extractor).
         failure: why the sub-question stays pending, None when it was resolved.
+        failures: the entries this branch adds to F (a repeated query, then the directive's failure), in order.
     """
 
     sq_id: int
-    steps: list[Step] = field(default_factory=list)
     directive: Directive | None = None
     supervisor_step: Step | None = None
-    repeated_query: str | None = None
     executed: bool = False
     answer: str = ""
     facts: list[str] = field(default_factory=list)
     failure: str | None = None
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def resolved(self) -> bool:
+        """The Reasoner gave an answer (not a null one)."""
+        return not is_null_answer(self.answer)
 
 
 def normalize_query(query: str) -> str:
@@ -186,60 +176,60 @@ def format_facts(facts: Sequence[str], *, max_chars: int = 900) -> str:
 
 @dataclass
 class StrideState:
-    """Ω = (S, P, F) over a Concrete Plan, plus the facts E_i gathered for each solved sub-question.
+    """Ω = (S, P, F) over a Concrete Plan, plus the General Strategy and the facts E_i gathered per sub-question.
 
     Attributes:
-        plan: the Concrete Plan C_q.
+        graph: the Concrete Plan C_q as a plan graph; its ``answers`` are S.
         strategy: the General Strategy S_q (empty without the Meta-Planner).
-        solved: S, sub-question id -> answer.
         facts: E_i of each sub-question resolved by a search, by id.
         failures: the failure log F, in the order the failures happened.
         attempts: search attempts made per sub-question id.
     """
 
-    plan: list[SubQuestion]
+    graph: PlanGraph
     strategy: list[str] = field(default_factory=list)
-    solved: dict[int, str] = field(default_factory=dict)
     facts: dict[int, list[str]] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     attempts: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def from_plan(cls, sub_questions: Sequence[str], strategy: Sequence[str] = ()) -> tuple[StrideState, list[str]]:
-        """Read a Concrete Plan: dependencies from its placeholders, invalid references dropped.
+        """Read a Concrete Plan: dependencies from its references, invalid references dropped.
 
         Returns:
-            ``(state, dropped)`` where ``dropped`` lists the placeholder references that point to the same step, a
-            later step or a step outside the plan (``"3->4"``: step 3 referred to step 4).
+            ``(state, dropped)`` where ``dropped`` lists the references that point to the same step, a later step or a
+            step outside the plan (``"3->4"``: step 3 referred to step 4).
         """
-        plan, dropped = [], []
-        for i, text in enumerate(sub_questions, start=1):
-            deps = []
-            for p in find_placeholders(text):
-                if p.step < i:
-                    deps.append(p.step)
-                else:
-                    dropped.append(f"{i}->{p.step}")
-            plan.append(SubQuestion(id=i, text=text, depends_on=tuple(dict.fromkeys(deps))))
-        return cls(plan=plan, strategy=list(strategy)), dropped
+        graph, dropped = PlanGraph.from_texts(list(sub_questions))
+        return cls(graph=graph, strategy=list(strategy)), dropped
 
     # ------------------------------------------------------------------ views
-    def get(self, sq_id: int) -> SubQuestion:
+    @property
+    def plan(self) -> list[PlanStep]:
+        """C_q: the sub-questions in plan order (``id``, ``text`` with references as planned, ``depends_on``)."""
+        return self.graph.steps
+
+    @property
+    def solved(self) -> dict[int, str]:
+        """S: sub-question id -> answer (the plan graph's answers)."""
+        return self.graph.answers
+
+    def get(self, sq_id: int) -> PlanStep:
         """The sub-question with id ``sq_id``."""
-        return self.plan[sq_id - 1]
+        return self.graph.get(sq_id)
 
     @property
     def pending(self) -> list[int]:
         """P: ids of the sub-questions without an answer, in plan order."""
-        return [sq.id for sq in self.plan if sq.id not in self.solved]
+        return self.graph.pending
 
     def ready(self) -> list[int]:
         """P_ready: pending ids whose dependencies are all solved."""
-        return [i for i in self.pending if all(d in self.solved for d in self.get(i).depends_on)]
+        return self.graph.ready()
 
     def filled(self, sq_id: int) -> str:
         """The sub-question with the answers of its solved dependencies filled in."""
-        return fill_placeholders(self.get(sq_id).text, self.solved, before=sq_id)[0]
+        return self.graph.filled(sq_id)
 
     def failed_queries(self, sq_id: int) -> list[str]:
         """F(c_i): the queries that failed for ``sq_id``, without duplicates."""
@@ -258,19 +248,38 @@ class StrideState:
         return max(self.solved) if self.solved else None
 
     def render(self) -> str:
-        """The plan as the Supervisor sees it: one line per sub-question with its answer or ``pending``."""
-        lines = []
-        for sq in self.plan:
-            status = self.solved.get(sq.id, "pending")
-            lines.append(f"{sq.id}. {self.filled(sq.id)} -> {status}")
-        return "\n".join(lines)
+        """The Concrete Plan as the Supervisor sees it: one line per sub-question with its answer or ``pending``."""
+        return "\n".join(f"{sq.id}. {self.filled(sq.id)} -> {self.solved.get(sq.id, 'pending')}" for sq in self.plan)
+
+    def render_plan(self) -> str:
+        """The whole plan P_q = (S_q, C_q) as the Fallback Reasoner sees it: the General Strategy, then every
+        sub-question with its answer or ``pending`` (just the latter without a strategy).
+
+        Example:
+            >>> state, _ = StrideState.from_plan(["Who directed X?", "Where was [person from step 1] born?"],
+            ...                                  ["Find the film's director.", "Find where the person was born."])
+            >>> state.resolve(1, "Ada Quell")
+            >>> print(state.render_plan())
+            Strategy:
+            1. Find the film's director.
+            2. Find where the person was born.
+            Plan:
+            1. Who directed X? -> Ada Quell
+            2. Where was Ada Quell born? -> pending
+        """
+        if not self.strategy:
+            return self.render()
+        steps = "\n".join(f"{i}. {s}" for i, s in enumerate(self.strategy, start=1))
+        return f"Strategy:\n{steps}\nPlan:\n{self.render()}"
 
     # ------------------------------------------------------------------ updates
     def resolve(self, sq_id: int, answer: str, facts: Sequence[str] = ()) -> None:
-        """Move ``sq_id`` from P to S with ``answer`` (and its facts E_i)."""
-        if is_null_answer(answer):
-            raise ValueError(f"sub-question {sq_id} cannot be resolved with the null answer {answer!r}")
-        self.solved[sq_id] = answer.strip()
+        """Move ``sq_id`` from P to S with ``answer`` (and its facts E_i).
+
+        Raises:
+            ValueError: ``answer`` is a null answer (``""``, ``unknown``, ...): the sub-question stays pending.
+        """
+        self.graph.resolve(sq_id, answer)
         if facts:
             self.facts[sq_id] = list(facts)
 

@@ -1,6 +1,6 @@
-"""STRIDE with scripted LMs: the Meta-Planner, the Supervisor's directives over Ω, concurrent ready sub-questions, the
-failure log and its repeated-query rule, the iteration budget, the Fallback Reasoner, every ablation flag, malformed
-outputs, demos, save / load and BootstrapFewShot; plus the state helpers."""
+"""STRIDE with scripted LMs: the Meta-Planner's strategy and concrete plan, the Supervisor's directives over Ω,
+concurrent ready sub-questions, the failure log and its repeated-query rule, the iteration budget, the Fallback
+Reasoner, every ablation flag, options, malformed outputs, demos, adapter groups, save / load and BootstrapFewShot."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils.dummies import DummyLM
 
 from rolecall.errors import ConfigError
-from rolecall.programs.core.trajectory import Step, Trajectory
-from rolecall.programs.stride.demos import default_stride_demos, gold_plan, gold_strategy
-from rolecall.programs.stride.program import STRIDE
-from rolecall.programs.stride.state import StrideState, causal_rewrite_steps, format_facts, fresh_query
-from rolecall.signatures.stride import DirectPlan, MetaPlan
+from rolecall.programs.core.trajectory import Step
+from rolecall.programs.stride.demos import default_stride_demos
+from rolecall.programs.stride.program import STRIDE, STRIDEOptions
+from rolecall.programs.stride.state import causal_rewrite_steps
+from rolecall.signatures.stride import ConcretePlan, DirectPlan, MetaPlan
 from rolecall.utils import SchemaLM
 
 Script = list[dict[str, Any]] | Callable[[str], dict[str, Any]]
@@ -35,6 +35,8 @@ def field(content: str, name: str) -> str:
 def role_of(system: str) -> str:
     inputs, _, outputs = system.partition("Your output fields are:")
     if "`sub_questions`" in outputs:
+        return "planner"
+    if "`steps`" in outputs:
         return "meta_planner"
     if "`action`" in outputs:
         return "supervisor"
@@ -56,7 +58,8 @@ class _ScriptEngine(DummyEngine):
 
 
 class RoleLM(DummyLM):
-    """Answers each role from its own script: a list (served in order) or a function of the user message."""
+    """Answers each role from its own script: a list (served in order) or a function of the user message, of output
+    field values or raw completion strings."""
 
     def __init__(self, **scripts: Script) -> None:
         super().__init__({})
@@ -73,14 +76,17 @@ class RoleLM(DummyLM):
             values = next(script, None) if script is not None and not callable(script) else None
         if callable(script):
             values = script(content)
-        return "nonsense" if values is None else self._format_answer_fields(values)
+        if values is None or isinstance(values, str):  # a string is sent as the raw completion
+            return values or "nonsense"
+        return self._format_answer_fields(values)
 
     def roles(self) -> list[str]:
         return [r for r, _ in self.calls]
 
 
-def plan(*sub_questions: str, strategy: tuple[str, ...] = ("find it",)) -> list[dict]:
-    return [{"strategy": list(strategy), "sub_questions": list(sub_questions)}]
+def plan(*sub_questions: str, strategy: tuple[str, ...] = ("find it",)) -> dict[str, list[dict]]:
+    """The scripts of the Meta-Planner's two calls: the General Strategy, then the Concrete Plan."""
+    return {"meta_planner": [{"steps": list(strategy)}], "planner": [{"sub_questions": list(sub_questions)}]}
 
 
 def retrieve_own(content: str) -> dict:
@@ -104,7 +110,7 @@ def events(pred: dspy.Prediction, name: str) -> list[Step]:
 # ---------------------------------------------------------------------------------------------------------------------
 def test_chain_fills_placeholders_and_records_meta(retriever):
     lm = RoleLM(
-        meta_planner=plan("Who directed Film X?", "Where was [person from step 1] born?"),
+        **plan("Who directed Film X?", "Where was [person from step 1] born?"),
         supervisor=retrieve_own,
         extractor=facts_of,
         reasoner=answers({"Who directed Film X?": "Ada Quell", "Where was Ada Quell born?": "Varn"}),
@@ -112,14 +118,15 @@ def test_chain_fills_placeholders_and_records_meta(retriever):
     pred = STRIDE(retriever, lm=lm, demos=None)(question="Where was the director of Film X born?")
     assert pred.answer == "Varn" and pred.iterations == 2
     assert retriever.calls == [("Who directed Film X?", 5), ("Where was Ada Quell born?", 5)]
-    assert lm.roles() == ["meta_planner"] + ["supervisor", "extractor", "reasoner"] * 2
+    assert lm.roles() == ["meta_planner", "planner"] + ["supervisor", "extractor", "reasoner"] * 2
     assert pred.state["solved"] == {"1": "Ada Quell", "2": "Varn"} and pred.state["failures"] == []
     assert pred.plan == {
         "strategy": ["find it"],
         "sub_questions": ["Who directed Film X?", "Where was [person from step 1] born?"],
     }
-    planner = pred.trajectory.role_steps("meta_planner")[0]
+    planner = pred.trajectory.role_steps("planner")[0]
     assert planner.meta["dependencies"] == {1: [], 2: [1]} and planner.meta["strategy"] == ["find it"]
+    assert pred.trajectory.role_steps("meta_planner")[0].meta["strategy"] == ["find it"]
     second = pred.trajectory.role_steps("supervisor")[1]
     assert second.inputs["sub_question"] == "Where was Ada Quell born?" and second.inputs["failed_queries"] == "none"
     assert "1. Who directed Film X? -> Ada Quell" in second.inputs["progress"]
@@ -145,7 +152,7 @@ def test_ready_sub_questions_run_concurrently_then_answer_without_search(retriev
 
     reason = answers({**years, "Given 1948 and 1979: which film came first?": "film A"})
     lm = RoleLM(
-        meta_planner=plan(*years, "Given [year from step 1] and [year from step 2]: which film came first?"),
+        **plan(*years, "Given [year from step 1] and [year from step 2]: which film came first?"),
         supervisor=supervise,
         extractor=facts_of,
         reasoner=reason,
@@ -156,7 +163,7 @@ def test_ready_sub_questions_run_concurrently_then_answer_without_search(retriev
     assert [s.meta["ready"] for s in events(pred, "iteration")] == [[1, 2], [3]]
     assert sorted(q for q, _ in retriever.calls) == list(years)  # concurrent; the answer action does not search
     steps = [(s.role, s.meta.get("sub_question")) for s in pred.trajectory.steps if s.kind != "event"]
-    assert steps[1:7] == [(r, i) for i in (1, 2) for r in ("supervisor", "retrieve", "extractor", "reasoner")][:6]
+    assert steps[2:10] == [(r, i) for i in (1, 2) for r in ("supervisor", "retrieve", "extractor", "reasoner")]
     final = pred.trajectory.role_steps("reasoner")[-1]
     assert final.meta["action"] == "answer"
     assert "fact about When was film A released?" in final.inputs["facts"]
@@ -165,7 +172,7 @@ def test_ready_sub_questions_run_concurrently_then_answer_without_search(retriev
 
 def test_no_facts_is_logged_and_the_rewrite_is_causal(retriever):
     lm = RoleLM(
-        meta_planner=plan("Where was Ada born?"),
+        **plan("Where was Ada born?"),
         supervisor=[
             {"action": "retrieve", "query": "Where was Ada born?"},
             {"action": "Rewrite.", "query": "Ada Quell"},
@@ -192,7 +199,7 @@ def test_no_facts_is_logged_and_the_rewrite_is_causal(retriever):
 
 def test_repeated_failed_query_is_recorded_and_replaced(retriever):
     lm = RoleLM(
-        meta_planner=plan("Where was Ada born?"),
+        **plan("Where was Ada born?"),
         supervisor=lambda content: {"action": "rewrite", "query": "where was ada born"},
         extractor=[{"facts": "none"}, {"facts": "Ada was born in Varn."}],
         reasoner=[{"answer": "Varn"}],
@@ -210,7 +217,7 @@ def test_repeated_failed_query_is_recorded_and_replaced(retriever):
 
 def test_repeated_query_is_rejected_when_no_fresh_query_is_left(retriever):
     lm = RoleLM(
-        meta_planner=plan("Ada"),
+        **plan("Ada"),
         supervisor=lambda content: {"action": "retrieve", "query": "Ada"},
         extractor=[{"facts": "none"}],
         fallback=[{"answer": "Varn"}],
@@ -226,7 +233,7 @@ def test_repeated_query_is_rejected_when_no_fresh_query_is_left(retriever):
 
 def test_answer_with_nothing_known_becomes_a_search(retriever):
     lm = RoleLM(
-        meta_planner=plan("Where was Ada born?"),
+        **plan("Where was Ada born?"),
         supervisor=[{"action": "answer", "query": "Where was Ada born?"}],
         extractor=facts_of,
         reasoner=[{"answer": "Varn"}],
@@ -240,7 +247,7 @@ def test_answer_with_nothing_known_becomes_a_search(retriever):
 
 def test_query_placeholders_are_filled_or_replaced(retriever):
     lm = RoleLM(
-        meta_planner=plan("Who directed Film X?", "Where was [person from step 1] born?"),
+        **plan("Who directed Film X?", "Where was [person from step 1] born?"),
         supervisor=[
             {"action": "retrieve", "query": "Film X [person from step 2]"},
             {"action": "retrieve", "query": "[person from step 1] birthplace"},
@@ -255,7 +262,7 @@ def test_query_placeholders_are_filled_or_replaced(retriever):
 
 def test_iteration_budget_then_fallback_over_last_solved_facts(retriever):
     lm = RoleLM(
-        meta_planner=plan("Who directed Film X?", "Where was [person from step 1] born?"),
+        **plan("Who directed Film X?", "Where was [person from step 1] born?"),
         supervisor=lambda content: {"action": "retrieve", "query": field(content, "sub_question")},
         extractor=[{"facts": "Film X was directed by Ada Quell."}, {"facts": "none"}, {"facts": "none"}],
         reasoner=[{"answer": "Ada Quell"}],
@@ -274,7 +281,7 @@ def test_iteration_budget_then_fallback_over_last_solved_facts(retriever):
 
 def test_unknown_reasoner_answer_is_a_failure_and_fallback_failure_keeps_last_answer(retriever):
     lm = RoleLM(
-        meta_planner=plan("a?", "b [x from step 1]?"),
+        **plan("a?", "b [x from step 1]?"),
         supervisor=retrieve_own,
         extractor=facts_of,
         reasoner=[{"answer": "A"}, {"answer": "unknown"}],
@@ -288,33 +295,104 @@ def test_unknown_reasoner_answer_is_a_failure_and_fallback_failure_keeps_last_an
 # ---------------------------------------------------------------------------------------------------------------------
 # ablations and options
 # ---------------------------------------------------------------------------------------------------------------------
-def test_default_roles_and_top_k(retriever):
+def test_default_roles_groups_and_top_k(retriever):
     program = STRIDE(retriever, demos=None, top_k=3)
-    assert list(program.roles) == ["meta_planner", "supervisor", "extractor", "reasoner", "fallback"]
-    assert program.meta_planner.signature is MetaPlan
-    lm = RoleLM(meta_planner=plan("q?"), supervisor=retrieve_own, extractor=facts_of, reasoner=[{"answer": "A"}])
+    assert list(program.roles) == ["meta_planner", "planner", "supervisor", "extractor", "reasoner", "fallback"]
+    assert program.meta_planner.signature is MetaPlan and program.planner.signature is ConcretePlan
+    assert program.adapter_name("meta_planner") == program.adapter_name("planner") == "meta_planner"
+    assert program.adapter_roles()["meta_planner"] == ["meta_planner", "planner"]
+    assert program.lm_kwargs["planner"] == {"max_tokens": 128} and program.options == STRIDEOptions(top_k=3)
+    lm = RoleLM(**plan("q?"), supervisor=retrieve_own, extractor=facts_of, reasoner=[{"answer": "A"}])
     STRIDE(retriever, lm=lm, demos=None, top_k=3)(question="q?")
     assert retriever.calls == [("q?", 3)]
 
 
-def test_without_meta_planner_the_plan_is_direct(retriever):
+def test_concrete_plan_step_gets_the_general_strategy(retriever):
+    """Paper Eq. 2: C_q is derived by instantiating S_q, so the plan call sees the strategy the Meta-Planner wrote
+    (the old single Meta-Planner call wrote both at once, with no strategy input)."""
+    strategy = ("Find the director of the film.", "Find where the person was born.")
     lm = RoleLM(
-        meta_planner=[{"sub_questions": ["q?"]}],
+        **plan("Who directed Film X?", "Where was [person from step 1] born?", strategy=strategy),
+        supervisor=retrieve_own,
+        extractor=facts_of,
+        reasoner=answers({"Who directed Film X?": "Ada Quell", "Where was Ada Quell born?": "Varn"}),
+    )
+    pred = STRIDE(retriever, lm=lm, demos=None)(question="Where was the director of Film X born?")
+    assert pred.answer == "Varn" and pred.plan["strategy"] == list(strategy)
+    (strategist,), (planner,) = pred.trajectory.role_steps("meta_planner"), pred.trajectory.role_steps("planner")
+    assert strategist.outputs == {"steps": list(strategy)} and planner.inputs["strategy"] == list(strategy)
+    assert pred.trajectory.steps.index(strategist) < pred.trajectory.steps.index(planner)
+    planner_prompt = lm.calls[1][1]
+    assert lm.calls[1][0] == "planner" and "[[ ## strategy ## ]]" in planner_prompt
+    assert all(step in planner_prompt for step in strategy)
+
+
+def test_failed_strategy_still_plans_with_an_empty_strategy(retriever):
+    lm = RoleLM(
+        planner=[{"sub_questions": ["q?"]}], supervisor=retrieve_own, extractor=facts_of, reasoner=[{"answer": "A"}]
+    )
+    pred = STRIDE(retriever, lm=lm, demos=None)(question="q?")
+    assert pred.answer == "A" and pred.plan["strategy"] == []
+    assert pred.trajectory.role_steps("meta_planner")[0].error
+    assert pred.trajectory.role_steps("planner")[0].inputs["strategy"] == []
+
+
+def test_a_strategy_the_adapter_rejects_is_salvaged(retriever):
+    mangled = '[[## steps ## ]]\n["Find the director.", "Find the birthplace."]'  # no spaces: ChatAdapter rejects it
+    lm = RoleLM(
+        meta_planner=lambda content: mangled,
+        planner=[{"sub_questions": ["q?"]}],
         supervisor=retrieve_own,
         extractor=facts_of,
         reasoner=[{"answer": "A"}],
     )
+    pred = STRIDE(retriever, lm=lm, demos=None)(question="q?")
+    assert pred.answer == "A"
+    strategist, planner = pred.trajectory.role_steps()[:2]
+    assert strategist.error and strategist.meta["salvaged"]["steps"].startswith('["Find the director."')
+    assert planner.inputs["strategy"] == ["Find the director.", "Find the birthplace."] == pred.plan["strategy"]
+
+
+def test_without_meta_planner_the_plan_is_direct(retriever):
+    lm = RoleLM(
+        planner=[{"sub_questions": ["q?"]}], supervisor=retrieve_own, extractor=facts_of, reasoner=[{"answer": "A"}]
+    )
     program = STRIDE(retriever, lm=lm, use_meta_planner=False)
-    assert program.meta_planner.signature is DirectPlan
-    assert all(set(d.toDict()) == {"question", "sub_questions"} for d in program.meta_planner.demos)
+    assert "meta_planner" not in program.roles and program.planner.signature is DirectPlan
+    assert program.planner.demos and all(
+        set(d.toDict()) == {"question", "sub_questions"} for d in program.planner.demos
+    )
     pred = program(question="q?")
-    assert pred.answer == "A" and pred.plan["strategy"] == []
-    assert "strategy" not in lm.calls[0][1] and "strategy" not in pred.trajectory.role_steps("meta_planner")[0].outputs
+    assert pred.answer == "A" and pred.plan["strategy"] == [] and lm.roles()[0] == "planner"
+    assert "strategy" not in lm.calls[0][1] and "strategy" not in pred.trajectory.role_steps("planner")[0].inputs
+
+
+def test_fallback_sees_the_whole_plan(retriever):
+    """The Fallback Reasoner's plan is P_q: the General Strategy and every sub-question with its answer or pending
+    (the old input was the Supervisor's progress lines only, without S_q)."""
+    lm = RoleLM(
+        **plan("Who directed Film X?", "Where was [person from step 1] born?", strategy=("Find the director.", "Find")),
+        supervisor=retrieve_own,
+        extractor=[{"facts": "Film X was directed by Ada Quell."}, {"facts": "none"}],
+        reasoner=[{"answer": "Ada Quell"}],
+        fallback=[{"answer": "Varn"}],
+    )
+    pred = STRIDE(retriever, lm=lm, demos=None, max_iterations=2)(question="Where was the director born?")
+    assert pred.answer == "Varn"
+    assert pred.trajectory.role_steps("fallback")[0].inputs["plan"] == (
+        "Strategy:\n1. Find the director.\n2. Find\n"
+        "Plan:\n1. Who directed Film X? -> Ada Quell\n2. Where was Ada Quell born? -> pending"
+    )
+    given = STRIDE(retriever, lm=RoleLM(fallback=[{"answer": "X"}]), demos=None, max_iterations=1)
+    pred = given.execute_plan("q?", ["a?", "b [x from step 1]?"], strategy=["Find a.", "Find b."])
+    plan_text = pred.trajectory.role_steps("fallback")[0].inputs["plan"]
+    assert plan_text.startswith("Strategy:\n1. Find a.\n2. Find b.\nPlan:\n1. a? -> pending")
+    assert plan_text.endswith("2. b [x from step 1]? -> pending")
 
 
 def test_without_supervisor_sub_questions_run_in_fixed_order(retriever):
     lm = RoleLM(
-        meta_planner=plan("a?", "b?", "c [x from step 1] [y from step 2]?", "d?"),
+        **plan("a?", "b?", "c [x from step 1] [y from step 2]?", "d?"),
         extractor=[{"facts": "fa"}, {"facts": "none"}, {"facts": "fd"}],
         reasoner=[{"answer": "A"}, {"answer": "D"}],
         fallback=[{"answer": "F"}],
@@ -329,7 +407,7 @@ def test_without_supervisor_sub_questions_run_in_fixed_order(retriever):
 
 
 def test_without_extractor_the_reasoner_reads_passages(retriever):
-    lm = RoleLM(meta_planner=plan("q?"), supervisor=retrieve_own, reasoner=[{"answer": "A"}])
+    lm = RoleLM(**plan("q?"), supervisor=retrieve_own, reasoner=[{"answer": "A"}])
     program = STRIDE(retriever, lm=lm, demos=None, use_extractor=False, top_k=2)
     assert "extractor" not in program.roles
     pred = program(question="q?")
@@ -340,7 +418,7 @@ def test_without_extractor_the_reasoner_reads_passages(retriever):
 
 def test_without_fallback_an_unresolved_run_keeps_the_last_answer(retriever):
     lm = RoleLM(
-        meta_planner=plan("a?", "b [x from step 1]?"),
+        **plan("a?", "b [x from step 1]?"),
         supervisor=retrieve_own,
         extractor=[{"facts": "fa"}, {"facts": "none"}],
         reasoner=[{"answer": "A"}],
@@ -353,7 +431,7 @@ def test_without_fallback_an_unresolved_run_keeps_the_last_answer(retriever):
 
 
 def test_plan_truncation_and_bad_dependencies(retriever):
-    lm = RoleLM(meta_planner=plan("a [x from step 2]?", "b?", "c?"), supervisor=retrieve_own, extractor=facts_of)
+    lm = RoleLM(**plan("a [x from step 2]?", "b?", "c?"), supervisor=retrieve_own, extractor=facts_of)
     lm.scripts["reasoner"] = lambda content: {"answer": field(content, "sub_question").upper()}
     pred = STRIDE(retriever, lm=lm, demos=None, max_sub_questions=2)(question="abc?")
     assert events(pred, "plan_truncated")[0].meta == {"planned": 3, "kept": 2}
@@ -362,11 +440,20 @@ def test_plan_truncation_and_bad_dependencies(retriever):
 
 
 def test_invalid_options_raise():
-    for kwargs in ({"top_k": 0}, {"max_iterations": 0}, {"max_sub_questions": 0}, {"max_passage_chars": 5}):
-        with pytest.raises(ConfigError):
+    bad = [
+        ({"top_k": 0}, "top_k must be an int >= 1, got 0"),
+        ({"max_iterations": 0}, "max_iterations"),
+        ({"max_sub_questions": 0}, "max_sub_questions"),
+        ({"max_passage_chars": 5}, "max_passage_chars"),
+        ({"max_context_chars": 100}, "max_context_chars"),
+        ({"use_supervisor": "maybe"}, "use_supervisor must be a bool"),
+        ({"no_such_option": 3}, "no option 'no_such_option'"),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(ConfigError, match=re.escape(message)):
             STRIDE(demos=None, **kwargs)
     with pytest.raises(ConfigError, match="unknown roles"):
-        STRIDE(demos={"planner": []})
+        STRIDE(demos={"decomposer": []})
     with pytest.raises(ConfigError):
         STRIDE(demos="fancy")
 
@@ -387,7 +474,7 @@ def test_malformed_outputs_finish_with_recorded_errors(retriever):
 
 
 def test_empty_retrieval_is_a_failure(make_retriever):
-    lm = RoleLM(meta_planner=plan("q?"), supervisor=retrieve_own, fallback=[{"answer": "X"}])
+    lm = RoleLM(**plan("q?"), supervisor=retrieve_own, fallback=[{"answer": "X"}])
     pred = STRIDE(make_retriever(lambda q, k: []), lm=lm, demos=None, max_iterations=1)(question="q?")
     assert pred.state["failures"][0]["reason"] == "empty retrieval" and "extractor" not in lm.roles()
     assert pred.trajectory.retrievals()[0].error == "empty retrieval" and pred.answer == "X"
@@ -411,6 +498,11 @@ def test_execute_plan_runs_a_given_plan(retriever):
     lm = RoleLM(supervisor=retrieve_own, extractor=facts_of, reasoner=answers({"x?": "X", "y X?": "Y"}))
     pred = STRIDE(retriever, lm=lm, demos=None).execute_plan("q?", ["x?", "y [e from step 1]?"], strategy=["s"])
     assert pred.answer == "Y" and pred.plan["strategy"] == ["s"] and "meta_planner" not in lm.roles()
+    assert "planner" not in lm.roles() and pred.state["strategy"] == ["s"]
+    broken = STRIDE(retriever, lm=lm, demos=None)
+    broken._solve = None  # an unexpected bug inside execute_plan becomes an error step too
+    pred = broken.execute_plan("q?", ["x?"])
+    assert pred.answer == "" and pred.trajectory.steps[-1].role == "error"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -424,7 +516,10 @@ def test_auto_demos_cover_every_role():
         for demo in predictor.demos:
             assert set(demo.toDict()) == set(predictor.signature.fields), role
             assert set(demo.inputs().keys()) == set(predictor.signature.input_fields), role
-    assert any("[person from step 1]" in s for d in program.meta_planner.demos for s in d.sub_questions)
+    assert any("[person from step 1]" in s for d in program.planner.demos for s in d.sub_questions)
+    assert all(d.strategy and set(d.inputs().keys()) == {"question", "strategy"} for d in program.planner.demos)
+    assert [d.steps for d in program.meta_planner.demos] == [d.strategy for d in program.planner.demos]
+    assert all(d.plan.startswith("Strategy:\n1. ") and "-> pending" in d.plan for d in program.fallback.demos)
     assert {d.action for d in program.supervisor.demos} == {"retrieve", "rewrite", "answer"}
     assert "none" in [d.facts for d in program.extractor.demos]
     assert all(len(d.passages) < 700 for d in program.extractor.demos)
@@ -438,8 +533,10 @@ def test_save_load_round_trip(tmp_path, retriever):
     program.save(tmp_path / "stride")
     loaded = STRIDE.load(tmp_path / "stride", retriever=retriever)
     assert (loaded.top_k, loaded.max_iterations, loaded.use_fallback, loaded.use_meta_planner) == (3, 4, False, False)
-    assert list(loaded.roles) == ["meta_planner", "supervisor", "extractor", "reasoner"]
-    assert loaded.meta_planner.signature.output_fields.keys() == {"sub_questions"}
+    assert list(loaded.roles) == ["planner", "supervisor", "extractor", "reasoner"]
+    assert loaded.planner.signature.output_fields.keys() == {"sub_questions"}
+    assert loaded.planner.signature.input_fields.keys() == {"question"}
+    assert loaded.adapter_groups == {"meta_planner": ["meta_planner", "planner"]}
     for role, predictor in program.roles.items():
         assert [d.toDict() for d in loaded.roles[role].demos] == [d.toDict() for d in predictor.demos]
         assert loaded.roles[role].demos[0].inputs().keys() == predictor.demos[0].inputs().keys()
@@ -460,79 +557,40 @@ def test_bootstrap_few_shot_compiles_stride(retriever):
     )
     assert isinstance(compiled, STRIDE) and compiled is not program
     assert {role: len(p.demos) for role, p in compiled.roles.items()} == {
-        "meta_planner": 2, "supervisor": 2, "extractor": 2, "reasoner": 2, "fallback": 0
+        "meta_planner": 2, "planner": 2, "supervisor": 2, "extractor": 2, "reasoner": 2, "fallback": 0
     }  # fmt: skip
     assert compiled(question="Where was person 1 born?").answer == "Varn"
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# state helpers and gold demos
-# ---------------------------------------------------------------------------------------------------------------------
-def test_state_ready_filled_and_failures():
-    state, dropped = StrideState.from_plan(["a?", "b?", "c [x from step 1] #2?", "d [x from step 9]?"])
-    assert dropped == ["4->9"] and state.ready() == [1, 2, 4]
-    state.resolve(1, "A", ["fa"])
-    assert state.ready() == [2, 4] and state.filled(3) == "c A #2?"
-    state.log_failure(2, "b?", "no facts", 1)
-    state.log_failure(2, "b?", "repeated query", 2)
-    assert state.failed_queries(2) == ["b?"]
-    state.resolve(2, "B")
-    assert state.ready() == [3, 4] and state.pending == [3, 4] and state.filled(3) == "c A B?"
-    assert state.known_answers() == ["a? -> A", "b? -> B"] and state.all_facts() == ["fa"]
-    with pytest.raises(ValueError):
-        state.resolve(3, "unknown")
-    assert state.to_dict()["failures"][1] == {
-        "sub_question": 2,
-        "query": "b?",
-        "reason": "repeated query",
-        "iteration": 2,
-    }
+@pytest.mark.slow
+def test_real_embedded_model_plans_with_its_strategy():
+    """One 2-hop synthetic question on SmolLM2-135M, one iteration: the strategy call, then the plan call that reads
+    it, both on the shared ``meta_planner`` LoRA adapter; the run finishes without an error step."""
+    torch = pytest.importorskip("torch")
+    from rolecall.data.synthetic import synthetic_world
+    from rolecall.errors import ModelLoadError
+    from rolecall.retrievers.bm25 import BM25
 
+    try:
+        from rolecall.lm import LocalLM
 
-def test_fresh_query_and_format_facts():
-    question = "In which city was the band Thuvex Hollows formed?"
-    assert fresh_query(question, []) == question
-    assert fresh_query(question, [question]) == "city band Thuvex Hollows formed"
-    assert fresh_query(question, [question, "city band thuvex hollows formed"]) == "Thuvex Hollows"
-    assert fresh_query("Ada", ["ada"]) is None
-    assert format_facts([]) == "(no facts)" and format_facts(["a" * 50, "b" * 50], max_chars=60) == "- " + "a" * 50
-
-
-def test_causal_rewrites_need_execution_a_retry_and_resolution():
-    trajectory = Trajectory()
-    metas = [
-        {"executed": True, "attempt": 1, "resolved": True},
-        {"executed": False, "attempt": 1, "resolved": True},
-        {"executed": True, "attempt": 0, "resolved": True},
-        {"executed": True, "attempt": 2, "resolved": False},
-    ]
-    for meta in metas:
-        trajectory.add(Step(kind="role", role="supervisor", meta=meta))
-    assert causal_rewrite_steps(trajectory) == [trajectory.steps[0]]
-
-
-def test_gold_plan_and_strategy_for_a_comparison():
-    from rolecall.data.types import Document, Example, SubStep
-
-    corpus = {
-        "film/a": Document("film/a", "Heimim Orchard", "Heimim Orchard is a 1948 film."),
-        "film/b": Document("film/b", "The Gilded Thegam", "The Gilded Thegam is a 1979 film."),
-    }
-    example = Example(
-        "x",
-        "Which film came out earlier, Heimim Orchard or The Gilded Thegam?",
-        ["Heimim Orchard"],
-        decomposition=[
-            SubStep("In which year was the film Heimim Orchard released?", "1948", ["film/a"]),
-            SubStep("In which year was the film The Gilded Thegam released?", "1979", ["film/b"]),
-        ],
-    )
-    assert gold_plan(example, corpus)[-1] == (
-        "Given [year from step 1] and [year from step 2]: "
-        "Which film came out earlier, Heimim Orchard or The Gilded Thegam?"
-    )
-    assert gold_strategy(example, corpus) == [
-        "In which year was the film released?",
-        "In which year was the film released?",
-        "Compare the answers of steps 1 and 2.",
-    ]
+        lm = LocalLM(max_tokens=64)
+    except (ImportError, ModelLoadError) as e:
+        pytest.skip(f"embedded model unavailable: {e}")
+    world = synthetic_world(seed=0)
+    # one iteration and no JSON retry after a parse failure keep this near a minute on two shared CPU cores
+    no_fallback = dspy.ChatAdapter(use_json_adapter_fallback=False)
+    program = STRIDE(BM25(world.corpus), lm=lm, max_iterations=1, adapter=no_fallback)
+    question = next(e.question for e in world.test if e.hops == 2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pred = program(question=question)
+    finally:
+        torch.set_num_threads(threads)
+    strategist, planner, *rest = pred.trajectory.role_steps()
+    assert (strategist.role, planner.role) == ("meta_planner", "planner") and rest
+    assert planner.inputs["strategy"] == strategist.meta["strategy"]
+    assert "[[ ## strategy ## ]]" in planner.messages[-1]["content"]
+    assert strategist.adapter == planner.adapter == "meta_planner"
+    assert isinstance(pred.answer, str) and not [s for s in pred.trajectory.steps if s.role == "error"]
