@@ -1,4 +1,8 @@
-"""Programs: rolecall's multi-agent systems and baselines as ``dspy.Module``\\ s, and their Trajectory Memory."""
+"""Programs: rolecall's multi-agent systems and baselines as ``dspy.Module``\\ s, and their Trajectory Memory.
+
+One package per system (``opera``, ``reap``, ``team``, ``d2plan``, ``stride``), ``baselines``, and ``core``: the
+``Program`` base and the building blocks every program shares.
+"""
 
 from rolecall.programs.baselines import (
     IRCoT,
@@ -10,7 +14,12 @@ from rolecall.programs.baselines import (
     SingleStepRAG,
 )
 from rolecall.programs.baselines.direct_demos import cot_demos, rag_demos
+from rolecall.programs.core.gold import gold_path
+from rolecall.programs.core.options import ProgramOptions
+from rolecall.programs.core.parallel import run_branches
+from rolecall.programs.core.plan import PlanGraph
 from rolecall.programs.core.program import LMCallRecorder, Program, format_passages, parallel_map
+from rolecall.programs.core.search import SearchLoop
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.programs.d2plan.facts import D2PlanFacts, d2plan_facts
 from rolecall.programs.d2plan.program import D2Plan
@@ -23,6 +32,11 @@ from rolecall.programs.team.program import CascadedTeam, HierarchicalTeam, tool_
 
 __all__ = [
     "Program",
+    "ProgramOptions",
+    "PlanGraph",
+    "SearchLoop",
+    "run_branches",
+    "gold_path",
     "OPERA",
     "REAP",
     "CascadedTeam",

@@ -136,7 +136,8 @@ def parse_program_options(name: str, pairs: Sequence[str]) -> dict[str, Any]:
     each option's type and validated against the program's ``Options`` class before anything loads.
 
     Besides the options, ``demos`` (auto / none), ``demo_policy`` (always / never / until_trained) and
-    ``per_role_adapters`` (a bool) are accepted. For a registered class without an ``Options`` dataclass, values are parsed as JSON when they can be.
+    ``per_role_adapters`` (a bool) are accepted. For a registered class without an ``Options`` dataclass, values are
+    parsed as JSON when they can be.
 
     Raises:
         ConfigError: a pair that is not ``KEY=VALUE``, an option the program does not have (the message lists the

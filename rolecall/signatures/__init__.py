@@ -1,7 +1,8 @@
 """Typed role signatures, one module per system, and the shared value types they use.
 
-Each system's module also holds its own value types and output readers (``rolecall.signatures.reap.parse_plan``,
-``rolecall.signatures.stride.read_action``, ...); only the signatures and the shared types are re-exported here.
+Each system's module also holds its own value types (``rolecall.signatures.reap.FactTuple``, ...); only the signatures
+and the shared types are re-exported here. Reading role outputs back (plans, actions, facts) is the programs' job:
+``rolecall.programs.reap.parse``, ``rolecall.programs.stride.parse``, ``rolecall.programs.core.plan``, ....
 """
 
 from rolecall.signatures.baselines import (
@@ -25,7 +26,15 @@ from rolecall.signatures.d2plan import (
 )
 from rolecall.signatures.opera import AnalyzeAnswer, PlanSubGoals, RewriteQuery, SynthesizeAnswer
 from rolecall.signatures.reap import DecomposeTaskPlan, ExtractStructuredFact, RepairPlan, SynthesizeFromFacts
-from rolecall.signatures.stride import DirectPlan, ExtractFacts, FallbackAnswer, MetaPlan, ReasonAnswer, Supervise
+from rolecall.signatures.stride import (
+    ConcretePlan,
+    DirectPlan,
+    ExtractFacts,
+    FallbackAnswer,
+    MetaPlan,
+    ReasonAnswer,
+    Supervise,
+)
 from rolecall.signatures.team import AnswerFromReports, DelegateOrAnswer, SearchOrReport
 from rolecall.signatures.types import (
     CONFIDENCE_SCORES,
@@ -64,6 +73,7 @@ __all__ = [
     "Purify",
     # STRIDE
     "MetaPlan",
+    "ConcretePlan",
     "DirectPlan",
     "Supervise",
     "ExtractFacts",

@@ -3,7 +3,8 @@ returns given raw texts (random or malformed output, for robustness tests).
 
 It reads the output fields from the system message DSPy's adapters write ("Your output fields are: 1. `name` (type)")
 and answers every one of them with a value of the right shape (a JSON list for ``list[...]``, the first option of a
-``Literal``, a number for ``int``/``float``, otherwise a short string). DSPy's own optimizers (BootstrapFewShot,
+``Literal``, a number for ``int``/``float``, ``<answer>...</answer>`` for a field whose description asks for that tag,
+otherwise a short string). DSPy's own optimizers (BootstrapFewShot,
 MIPROv2, ...) call many internal signatures whose fields a hand-written ``DummyLM`` script cannot anticipate; this LM
 answers them all, so an optimizer's control flow can be tested end to end.
 """
@@ -19,11 +20,13 @@ from dspy.lm15 import Message, Response, TextPart, Usage
 
 __all__ = ["SchemaLM", "ScriptedTextLM"]
 
-_FIELD = re.compile(r"^\s*\d+\.\s+`([A-Za-z_][A-Za-z0-9_]*)`\s*\(([^)]*)\)", re.MULTILINE)
+_FIELD = re.compile(r"^\s*\d+\.\s+`([A-Za-z_][A-Za-z0-9_]*)`\s*\(([^)]*)\)(.*)$", re.MULTILINE)
 
 
-def _value(type_text: str, name: str, answer: str) -> str:
+def _value(type_text: str, name: str, answer: str, description: str = "") -> str:
     t = type_text.strip()
+    if t == "str" and "<answer>" in description:  # a tagged action field (Search-R1): answer with the tag
+        return f"<answer>{answer}</answer>"
     if t.startswith("Literal["):
         options = re.findall(r"'([^']*)'|\"([^\"]*)\"", t)
         first = next((a or b for a, b in options), "")
@@ -53,7 +56,7 @@ class _SchemaEngine:
         outputs = system.split("Your output fields are:", 1)[-1].split("All interactions", 1)[0]
         fields = _FIELD.findall(outputs)
         self.calls += 1
-        text = "".join(f"[[ ## {name} ## ]]\n{_value(t, name, self.answer)}\n\n" for name, t in fields)
+        text = "".join(f"[[ ## {name} ## ]]\n{_value(t, name, self.answer, d)}\n\n" for name, t, d in fields)
         text += "[[ ## completed ## ]]"
         return Response(
             id=None,

@@ -70,6 +70,46 @@ def test_scripted_garbage_never_raises(name, texts, world, bm25):
     assert lm.calls >= len(trajectory.role_steps())
 
 
+# The roles each program calls, in order, when every output is well formed (SchemaLM): the first and last role, and
+# an ordered subsequence of the calls in between.
+EXPECTED_ROLES = {
+    "cascaded_team": ["searcher", "answerer"],
+    "d2plan": ["reasoner_plan", "reasoner_step", "purifier", "reasoner_answer"],
+    "hierarchical_team": ["leader", "searcher", "leader", "answerer"],
+    "ircot": ["reason", "answer"],
+    "iter_retgen": ["generate"],
+    "no_retrieval_cot": ["answer"],
+    "opera": ["plan", "analysis", "synthesis"],
+    "react": ["react", "extract"],
+    "reap": ["decomposer", "extractor", "synthesizer"],
+    "search_r1": ["agent"],
+    "self_ask": ["ask", "answer_followup", "ask"],
+    "single_step_rag": ["answer"],
+    "stride": ["meta_planner", "planner", "supervisor", "extractor", "reasoner"],
+}
+
+
+def _is_subsequence(wanted: list[str], calls: list[str]) -> bool:
+    rest = iter(calls)
+    return all(role in rest for role in wanted)
+
+
+def test_every_program_has_an_expected_role_order():
+    assert sorted(EXPECTED_ROLES) == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_well_formed_outputs_give_the_expected_roles_in_order_and_the_answer(name, world, bm25):
+    answer = world.train[0].answer
+    pred = _build(name, bm25, SchemaLM(answer))(question=world.test[0].question)
+    calls = [s.role for s in pred.trajectory.role_steps()]
+    wanted = EXPECTED_ROLES[name]
+    assert calls[0] == wanted[0] and calls[-1] == wanted[-1], calls
+    assert _is_subsequence(wanted, calls), calls
+    assert pred.answer == answer  # the scripted answer flows through to the program's answer
+    assert all(s.ok for s in pred.trajectory.role_steps()), [s.error for s in pred.trajectory.errors]
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_pure_noise_is_recorded_as_failures(name, world, bm25):
     lm = ScriptedTextLM(["the the the", "I am not sure what you mean.", "42"])
@@ -96,6 +136,9 @@ def test_bootstrap_fewshot_compiles_every_program(name, world, bm25):
     assert isinstance(pred.answer, str)
     assert set(compiled.roles) == set(program.roles)
     assert lm.calls > 0
+    # the scripted LM answers the first training question right, so its trace must have become a demo
+    bootstrapped = [r for r, p in compiled.roles.items() for d in p.demos if getattr(d, "augmented", False)]
+    assert bootstrapped, f"{name}: BootstrapFewShot bootstrapped no demo"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -110,4 +153,5 @@ def test_save_load_round_trip(name, world, bm25, tmp_path):
     for role, predictor in program.roles.items():
         assert len(loaded.roles[role].demos) == len(predictor.demos), role
         assert loaded.roles[role].signature.instructions == predictor.signature.instructions
-    assert loaded._config == program._config
+    assert loaded.config() == program.config()
+    assert loaded.adapter_groups == program.adapter_groups

@@ -29,8 +29,13 @@ def test_bootstrap_fewshot_compiles_opera(world):
         compiled = dspy.BootstrapFewShot(metric=_metric, max_bootstrapped_demos=2, max_labeled_demos=2).compile(
             program, trainset=trainset
         )
-        assert isinstance(compiled(question=world.test[0].question).answer, str)
+        pred = compiled(question=world.test[0].question)
+    assert pred.answer == world.train[0].answer
     assert set(compiled.roles) == set(program.roles)
+    # the scripted LM answers the first training question right, so its trace became a demo of every role it ran
+    for role in ("plan", "analysis", "synthesis"):
+        assert any(getattr(d, "augmented", False) for d in compiled.roles[role].demos), role
+    assert [s.role for s in pred.trajectory.role_steps()][:2] == ["plan", "analysis"]
 
 
 def test_miprov2_light_compiles_opera(world):
@@ -43,5 +48,11 @@ def test_miprov2_light_compiles_opera(world):
         compiled = optimizer.compile(
             program, trainset=trainset, valset=valset, max_bootstrapped_demos=1, max_labeled_demos=1
         )
-        assert isinstance(compiled(question=world.test[0].question).answer, str)
-    assert lm.calls > 0
+        pred = compiled(question=world.test[0].question)
+    assert pred.answer == world.train[0].answer
+    assert [s.role for s in pred.trajectory.role_steps()][0] == "plan"
+    assert pred.trajectory.role_steps()[-1].role == "synthesis"
+    # MIPROv2 ran its trials: each scored the candidate program on the valset
+    scores = [t["full_eval_score"] for t in compiled.trial_logs.values() if "full_eval_score" in t]
+    assert scores and all(0.0 <= s <= 100.0 for s in scores)
+    assert lm.calls > len(valset) * len(scores)
