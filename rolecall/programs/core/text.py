@@ -7,7 +7,7 @@ from typing import Any
 
 from rolecall.retrievers.base import Passage
 
-__all__ = ["format_passages", "shorten", "fresh_first"]
+__all__ = ["format_passages", "shorten", "fresh_first", "show_fresh"]
 
 
 def format_passages(passages: Sequence[Any], *, max_chars: int = 300, max_total_chars: int = 1200) -> str:
@@ -54,15 +54,34 @@ def shorten(text: str, limit: int) -> str:
 
 
 def fresh_first(passages: list[Passage], seen: set[str]) -> list[Passage]:
-    """Unseen passages first (a larger k, or a rewritten query, should show new evidence), then the seen ones; adds
-    every id to ``seen``.
+    """Unseen passages first (a larger k, or a rewritten query, should show new evidence), then the seen ones.
 
     Example:
-        >>> seen = {"a"}
-        >>> [p.id for p in fresh_first([Passage("a", "", "x"), Passage("b", "", "y")], seen)], sorted(seen)
-        (['b', 'a'], ['a', 'b'])
+        >>> [p.id for p in fresh_first([Passage("a", "", "x"), Passage("b", "", "y")], {"a"})]
+        ['b', 'a']
     """
-    fresh = [p for p in passages if p.id not in seen]
-    ordered = fresh + [p for p in passages if p.id in seen]
-    seen.update(p.id for p in passages)
-    return ordered
+    return [p for p in passages if p.id not in seen] + [p for p in passages if p.id in seen]
+
+
+def show_fresh(
+    passages: list[Passage], seen: set[str], *, max_chars: int, max_total_chars: int
+) -> tuple[list[Passage], str, list[str]]:
+    """Order ``passages`` unseen first, format them for a prompt, and add to ``seen`` only the ids that were shown
+    (:func:`format_passages` cuts at ``max_total_chars``: a passage retrieved but cut off was not seen, so a retry
+    with a larger k or a rewritten query must still be able to show it).
+
+    Returns:
+        ``(ordered passages, the prompt text, the ids shown)``.
+
+    Example:
+        >>> seen = set()
+        >>> docs = [Passage(i, "", "word " * 30) for i in "abc"]
+        >>> _, text, shown = show_fresh(docs, seen, max_chars=200, max_total_chars=400)
+        >>> shown, sorted(seen)  # c did not fit in 400 characters: not seen
+        (['a', 'b'], ['a', 'b'])
+    """
+    ordered = fresh_first(passages, seen)
+    text = format_passages(ordered, max_chars=max_chars, max_total_chars=max_total_chars)
+    shown = [p.id for p in ordered[: len(text.splitlines()) if ordered else 0]]
+    seen.update(shown)
+    return ordered, text, shown

@@ -33,7 +33,7 @@ from rolecall.errors import ConfigError
 from rolecall.programs.core.options import PassageOptions, option
 from rolecall.programs.core.plan import drop_repeats, fill_placeholders
 from rolecall.programs.core.program import Program
-from rolecall.programs.core.text import format_passages, fresh_first
+from rolecall.programs.core.text import format_passages, show_fresh
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.programs.opera.demos import default_opera_demos
 from rolecall.retrievers.base import Passage
@@ -208,8 +208,12 @@ class OPERA(Program):
             budget.left -= 1
             result.attempts += 1
             k = self.k_schedule[min(attempt, len(self.k_schedule) - 1)]
-            passages = fresh_first(self.retrieve(trajectory, query, k), result.seen_ids)
-            shown = format_passages(passages, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars)
+            retrieved = self.retrieve(trajectory, query, k)
+            retrieval = trajectory.steps[-1]
+            passages, shown, shown_ids = show_fresh(
+                retrieved, result.seen_ids, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars
+            )
+            retrieval.meta["shown_ids"] = shown_ids  # what the analysis agent saw (rewards and gold labels read it)
             pred = self.call_role("analysis", trajectory, sub_goal=filled, passages=shown)
             trajectory.steps[-1].meta.update(sub_goal=index, attempt=attempt, k=k)
             sufficient, answer, confidence, missing = _read_analysis(pred)

@@ -34,7 +34,7 @@ import dspy
 from rolecall.programs.core.calls import read_list
 from rolecall.programs.core.parallel import run_branches
 from rolecall.programs.core.program import Program
-from rolecall.programs.core.text import format_passages, fresh_first
+from rolecall.programs.core.text import show_fresh
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.programs.reap.demos import default_reap_demos
 from rolecall.programs.reap.options import REAPOptions
@@ -192,9 +192,12 @@ class REAP(Program):
         query = node.question
         if node.unresolved:
             local.event("unresolved_placeholder", **meta, placeholders=node.unresolved)
-        passages = fresh_first(self.retrieve(local, query, self.top_k), node.seen_ids)
-        local.steps[-1].meta.update(meta)
-        shown = format_passages(passages, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars)
+        retrieved = self.retrieve(local, query, self.top_k)
+        retrieval = local.steps[-1]
+        _, shown, shown_ids = show_fresh(
+            retrieved, node.seen_ids, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars
+        )
+        retrieval.meta.update(meta, shown_ids=shown_ids)
         known = _fact_lines(plan.lineage_facts(node, self.max_known_facts))
         pred = self.call_role("extractor", local, salvage=True, sub_question=query, known_facts=known, passages=shown)
         step = local.steps[-1]

@@ -68,14 +68,17 @@ def test_rewrites_stop_at_max_rewrites_and_custom_schedule(retriever):
     assert [s.role for s in pred.trajectory.steps if s.kind == "event"] == ["unresolved_sub_goal"]
 
 
-def test_unseen_passages_are_shown_first_after_a_rewrite(make_retriever):
+def test_passages_not_shown_yet_come_first_after_a_rewrite(make_retriever):
     corpus = [Passage(f"d{i}", f"T{i}", f"text {i}") for i in range(15)]
     retriever = make_retriever(lambda q, k: corpus[:k])
     lm = DummyLM([plan("q?"), NO, {"query": "again"}, yes("A")])
     program = OPERA(retriever, lm=lm, demos=None, max_passage_chars=30, max_context_chars=60, final_synthesis=False)
     pred = program(question="q?")
-    second = pred.trajectory.role_steps("analysis")[1].inputs["passages"]
-    assert second.startswith("[1] T5 | text 5")
+    first, second = pred.trajectory.retrievals()
+    assert first.meta["shown_ids"] == ["d0", "d1", "d2"]  # the 60-character budget cut d3 and d4 from the prompt
+    shown = pred.trajectory.role_steps("analysis")[1].inputs["passages"]
+    assert shown.startswith("[1] T3 | text 3")  # retrieved but never shown: d3 comes before the seen d0
+    assert second.meta["shown_ids"][0] == "d3" and "d0" not in second.meta["shown_ids"]
 
 
 def test_step_budget_exhaustion_is_recorded(retriever):
