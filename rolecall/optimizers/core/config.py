@@ -1,0 +1,108 @@
+"""Settings of one adapter trainer: the optimizer, batching, clipping and the loss with its coefficients."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from rolecall.errors import ConfigError
+from rolecall.optimizers.core.losses import LOSSES
+from rolecall.optimizers.grpo.loss import LossType
+
+__all__ = ["LossName", "TrainerConfig"]
+
+LossName = Literal["nll", "grpo", "dpo", "token_advantage"]
+"""The losses of :data:`rolecall.optimizers.core.losses.LOSSES`."""
+
+
+@dataclass(kw_only=True)
+class TrainerConfig:
+    """How an :class:`~rolecall.optimizers.core.trainer.AdapterTrainer` updates its adapter.
+
+    One optimizer step covers ``micro_batch_size * gradient_accumulation_steps`` samples; a call to
+    ``AdapterTrainer.step(samples)`` runs as many optimizer steps as that takes (the last may be partial).
+
+    Example:
+        >>> TrainerConfig(loss="dpo", beta=0.1).samples_per_step
+        8
+    """
+
+    loss: LossName = "nll"
+    """The loss, by name: ``nll`` (completion-only SFT), ``grpo``, ``dpo`` (sigmoid), ``token_advantage`` (OPD)."""
+    learning_rate: float = 3e-4
+    """AdamW learning rate. 3e-4 fits LoRA SFT of a 135M model (issue 14's feasibility runs); RL uses ~1e-5..1e-6."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay on the LoRA parameters (0.0: LoRA is already a small update)."""
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW (beta1, beta2); PyTorch's defaults."""
+    adam_epsilon: float = 1e-8
+    """AdamW epsilon; PyTorch's default."""
+    micro_batch_size: int = 4
+    """Samples per forward/backward pass; lower it to bound memory (a DPO sample is two sequences)."""
+    gradient_accumulation_steps: int = 2
+    """Micro-batches whose gradients are summed before one optimizer step (the loss is normalized over all of them)."""
+    max_grad_norm: float | None = 1.0
+    """Clip the adapter's global gradient L2 norm to this before each step (TRL's default 1.0); None: no clipping."""
+    beta: float = 0.1
+    """DPO: the temperature beta of the implicit reward (Rafailov et al. and TRL use 0.1)."""
+    kl_beta: float = 0.0
+    """GRPO: the KL coefficient beta toward pi_ref (OPERA Eq. 4; DeepSeekMath 0.04; 0.0 skips the reference pass)."""
+    epsilon: float = 0.2
+    """GRPO and token_advantage: the lower clip range (the ratio is clipped at 1 - epsilon); PPO's 0.2."""
+    epsilon_high: float | None = None
+    """GRPO and token_advantage: the upper clip range; None uses ``epsilon`` (DAPO recommends 0.28)."""
+    grpo_loss_type: LossType = "dapo"
+    """GRPO aggregation: ``"grpo"`` per-sequence mean, ``"dr_grpo"`` constant normalizer, ``"dapo"`` token mean."""
+    max_completion_length: int | None = None
+    """``"dr_grpo"`` only: the generation budget in the normalizer B * max_completion_length."""
+    temperature: float = 1.0
+    """Logits are divided by it before the log-softmax; set it to the sampling temperature for GRPO/OPD ratios."""
+    ref_adapter: str | None = None
+    """The reference policy of DPO and the GRPO KL: None is the base model (adapters disabled), else this adapter."""
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ConfigError(f"loss={self.loss!r} is unknown; valid losses are {sorted(LOSSES)}.")
+        if self.grpo_loss_type not in get_args(LossType):
+            raise ConfigError(f"grpo_loss_type={self.grpo_loss_type!r}; valid options are {list(get_args(LossType))}.")
+        _positive("learning_rate", self.learning_rate)
+        _positive("adam_epsilon", self.adam_epsilon)
+        _positive("temperature", self.temperature)
+        _positive("beta", self.beta)
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError(f"weight_decay must be >= 0; got {self.weight_decay}.")
+        if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
+            raise ConfigError(f"adam_betas must be two values in [0, 1); got {self.adam_betas}.")
+        for name in ("micro_batch_size", "gradient_accumulation_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1; got {value!r}.")
+        if self.max_grad_norm is not None:
+            _positive("max_grad_norm", self.max_grad_norm)
+        if not (math.isfinite(self.kl_beta) and self.kl_beta >= 0):
+            raise ConfigError(f"kl_beta must be >= 0 (0.0 disables the KL term); got {self.kl_beta}.")
+        if not 0 <= self.epsilon < 1:
+            raise ConfigError(f"epsilon must be in [0, 1) (PPO uses 0.2); got {self.epsilon}.")
+        if self.epsilon_high is not None and not (math.isfinite(self.epsilon_high) and self.epsilon_high >= 0):
+            raise ConfigError(f"epsilon_high must be >= 0 (DAPO uses 0.28) or None; got {self.epsilon_high}.")
+        if self.loss == "grpo" and self.grpo_loss_type == "dr_grpo" and not (self.max_completion_length or 0) >= 1:
+            raise ConfigError(
+                f"grpo_loss_type='dr_grpo' needs max_completion_length >= 1 (the generation budget); got "
+                f"{self.max_completion_length}."
+            )
+
+    @property
+    def samples_per_step(self) -> int:
+        """Samples per optimizer step: ``micro_batch_size * gradient_accumulation_steps``."""
+        return self.micro_batch_size * self.gradient_accumulation_steps
+
+    @property
+    def clip_high(self) -> float:
+        """The upper clip range actually used: ``epsilon_high``, else ``epsilon``."""
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+
+def _positive(name: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ConfigError(f"{name} must be a finite number > 0; got {value!r}.")

@@ -1,0 +1,129 @@
+"""Per-token log-probabilities for the losses, with the log-softmax in fp32, and the reference policy's.
+
+The tensors follow :mod:`rolecall.optimizers.grpo.logprobs`: shape (B, T) over the whole right-padded sequence,
+position t holding log pi(input_ids[t] | input_ids[:t]) on completion-mask positions and 0 elsewhere. The difference
+is precision: logits are cast to fp32 before the log-softmax whatever the model's dtype, so a bf16 model trains on
+fp32 log-probs (TRL does the same in its fused LM head with ``cast_lm_head_to_fp32``).
+
+The reference policy pi_ref is the base model with every adapter disabled (OPERA Eq. 4; DPO's reference), or a named
+frozen adapter; no second copy of the weights is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from rolecall.errors import ConfigError
+from rolecall.optimizers.grpo.logprobs import _check_batch
+from rolecall.optimizers.grpo.loss import selective_log_softmax
+
+__all__ = ["per_token_logps", "reference_per_token_logps"]
+
+
+def per_token_logps(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Computes log pi(o_t | o_<t) of each completion token in fp32, zero elsewhere.
+
+    Equivalent to the naive::
+
+        logps = model(input_ids).logits.float()[:, :-1].log_softmax(-1).gather(-1, input_ids[:, 1:, None])[..., 0]
+        torch.cat([zeros(B, 1), logps], 1) * completion_mask
+
+    but only the logits from the first completion column on are kept (``logits_to_keep``).
+
+    Args:
+        model: A causal LM (or a PEFT model: its active adapter is used).
+        input_ids: Prompt + completion ids, right-padded, shape (B, T).
+        attention_mask: 1 on real tokens, shape (B, T).
+        completion_mask: 1 on the tokens to score, shape (B, T); position 0 has no prefix and must be 0.
+        temperature: Logits are divided by it (match the sampling temperature for ratios).
+
+    Returns:
+        per_token_logps, shape (B, T), float32; gradients flow outside ``torch.no_grad``.
+
+    Raises:
+        ValueError: If the shapes disagree or ``completion_mask`` marks position 0.
+        ConfigError: If ``temperature`` is not positive.
+    """
+    _check_batch(input_ids, attention_mask, completion_mask)
+    if not temperature > 0:
+        raise ConfigError(f"temperature must be > 0; got {temperature}.")
+    mask = completion_mask.bool()
+    batch_size, length = input_ids.shape
+    columns = mask.any(dim=0).nonzero()
+    first = max(int(columns[0]) if columns.numel() else length - 1, 1)  # first completion column of the batch
+    keep = length - first + 1  # logits at first-1 .. T-1 predict tokens first .. T-1 (and one past the end)
+    outputs = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep, use_cache=False)
+    logits = outputs.logits[:, -keep:-1, :].float()  # (B, T - first, V), fp32 for the log-softmax
+    if temperature != 1.0:
+        logits = logits / temperature
+    logps = selective_log_softmax(logits, input_ids[:, first:])  # (B, T - first)
+    full = torch.cat([logps.new_zeros(batch_size, first), logps], dim=1)  # (B, T)
+    return torch.where(mask, full, torch.zeros_like(full))
+
+
+def reference_per_token_logps(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    adapter: str | None = None,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Computes log pi_ref per completion token without gradient: adapters disabled, or frozen ``adapter`` active.
+
+    Args:
+        model: A ``peft.PeftModel``.
+        input_ids: Shape (B, T), as for :func:`per_token_logps`.
+        attention_mask: Shape (B, T).
+        completion_mask: Shape (B, T).
+        adapter: None for the base model (every adapter disabled), or the name of a loaded adapter to score with.
+        temperature: As for :func:`per_token_logps`.
+
+    Returns:
+        ref_per_token_logps, shape (B, T), float32, detached.
+
+    Raises:
+        TypeError: If ``model`` is not a PEFT model.
+        ConfigError: If ``adapter`` is not loaded.
+    """
+    context = _adapters_disabled(model) if adapter is None else _adapter_active(model, adapter)
+    with torch.no_grad(), context:
+        return per_token_logps(model, input_ids, attention_mask, completion_mask, temperature=temperature)
+
+
+@contextmanager
+def _adapters_disabled(model: Any) -> Iterator[None]:
+    if not hasattr(model, "disable_adapter"):
+        raise TypeError(f"The reference policy needs a PEFT model to disable adapters on; got {type(model).__name__}.")
+    with model.disable_adapter():
+        yield
+
+
+@contextmanager
+def _adapter_active(model: Any, adapter: str) -> Iterator[None]:
+    loaded = list(getattr(model, "peft_config", {}) or {})
+    if not hasattr(model, "set_adapter") or not loaded:
+        raise TypeError(f"A reference adapter {adapter!r} needs a PEFT model; got {type(model).__name__}.")
+    if adapter not in loaded:
+        raise ConfigError(f"Reference adapter {adapter!r} is not loaded; loaded adapters are {loaded}.")
+    previous = model.active_adapter
+    trainable = {name: p.requires_grad for name, p in model.named_parameters()}  # set_adapter flips requires_grad
+    model.set_adapter(adapter)
+    try:
+        yield
+    finally:
+        model.set_adapter(previous)
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(trainable[name])

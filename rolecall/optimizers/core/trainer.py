@@ -1,0 +1,274 @@
+"""Training one LoRA adapter (or adapter group) on the shared base model with a loss chosen by name.
+
+An :class:`AdapterTrainer` owns the AdamW state of one adapter's LoRA parameters; the base weights and every other
+adapter stay frozen. ``step(samples)`` splits the samples into optimizer steps of
+``micro_batch_size * gradient_accumulation_steps``, accumulates the gradients of each step's micro-batches with the
+loss normalized over the whole step (token-mean losses divide by the step's target tokens, as TRL's
+``num_items_in_batch`` does; per-sequence losses weigh each micro-batch by its share of the samples), clips the global
+gradient norm and steps. The reference policy (DPO, the GRPO KL) is the base model with adapters disabled, or
+``config.ref_adapter``. The updated adapter serves generation at once: every role view shares the model object.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from rolecall.errors import ConfigError
+from rolecall.optimizers.core.config import TrainerConfig
+from rolecall.optimizers.core.logprobs import per_token_logps, reference_per_token_logps
+from rolecall.optimizers.core.losses import get_loss
+from rolecall.optimizers.core.sample import TrainingSample
+from rolecall.optimizers.grpo.logprobs import build_completion_batch
+
+__all__ = ["AdapterTrainer", "TrainerConfig"]
+
+logger = logging.getLogger(__name__)
+
+
+class AdapterTrainer:
+    """Updates one LoRA adapter of a shared :class:`~rolecall.lm.backend.ModelBackend` with AdamW.
+
+    Args:
+        lm_view_or_backend: A ``LocalLM`` (any view) or its ``ModelBackend``.
+        adapter: The adapter to train (created, as the identity, if missing); several roles may share it.
+        config: Optimizer, batching, clipping and loss settings.
+
+    Raises:
+        ConfigError: If the adapter has no LoRA parameters.
+    """
+
+    def __init__(self, lm_view_or_backend: Any, adapter: str, config: TrainerConfig) -> None:
+        self.backend = getattr(lm_view_or_backend, "backend", lm_view_or_backend)
+        if not hasattr(self.backend, "ensure_adapter"):
+            kind = type(lm_view_or_backend).__name__
+            raise TypeError(f"AdapterTrainer needs a LocalLM or a ModelBackend; got {kind}.")
+        self.backend.ensure_adapter(adapter)
+        self.adapter = adapter
+        self.config = config
+        self.loss_fn = get_loss(config.loss)
+        self.params = [p for n, p in self.backend.model.named_parameters() if f".{adapter}." in n and "lora_" in n]
+        if not self.params:
+            raise ConfigError(f"No LoRA parameters found for adapter {adapter!r}; adapters: {self.backend.adapters}.")
+        self.optimizer = torch.optim.AdamW(
+            self.params,
+            lr=config.learning_rate,
+            betas=config.adam_betas,
+            eps=config.adam_epsilon,
+            weight_decay=config.weight_decay,
+        )
+        self.steps = 0
+
+    @property
+    def token_normalized(self) -> bool:
+        """Whether the loss divides by the optimizer step's target tokens (else it is a mean over its samples)."""
+        cfg = self.config
+        return cfg.loss in ("nll", "token_advantage") or (cfg.loss == "grpo" and cfg.grpo_loss_type == "dapo")
+
+    # ------------------------------------------------------------------ training
+    def step(self, samples: Sequence[TrainingSample]) -> dict[str, float]:
+        """Trains on ``samples``: one optimizer step per ``config.samples_per_step`` of them, in order.
+
+        Args:
+            samples: Samples of this trainer's adapter; those with an empty completion are skipped.
+
+        Returns:
+            Flat metrics averaged over the optimizer steps: the loss's own (``loss/nll``, ``loss/dpo``,
+            ``rewards/margins``, ``clip/frac``, ...), ``loss/total``, ``grad/norm`` (before clipping), ``grad/clipped``
+            (fraction of steps clipped), ``lr``; summed: ``tokens/loss`` (target tokens), ``tokens/total`` (real
+            prompt + completion tokens), ``train/samples``, ``train/optimizer_steps``, ``train/skipped_steps``.
+
+        Raises:
+            ValueError: If a sample belongs to another adapter or lacks what the loss needs.
+        """
+        samples = [s for s in samples if s.completion_ids]
+        for s in samples:
+            self._check(s)
+        if not samples:
+            return {"train/samples": 0.0, "train/optimizer_steps": 0.0}
+        size = self.config.samples_per_step
+        chunks = [samples[i : i + size] for i in range(0, len(samples), size)]
+        model = self.backend.model
+        results = []
+        with self.backend.lock:
+            model.set_adapter(self.adapter)  # PEFT also freezes the other adapters' weights
+            for p in self.params:
+                p.requires_grad_(True)
+            model.train()
+            try:
+                results = [self._optimizer_step(model, chunk) for chunk in chunks]
+            finally:
+                model.eval()
+        self.backend.mark_updated(self.adapter)
+        return _merge(results)
+
+    def _optimizer_step(self, model: Any, samples: list[TrainingSample]) -> dict[str, float]:
+        device = next(model.parameters()).device
+        step_tokens = sum(s.num_loss_tokens + (sum(s.rejected_loss_mask or ()) if self.config.loss == "dpo" else 0)
+                          for s in samples)  # fmt: skip
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        total_loss = 0.0
+        mb = self.config.micro_batch_size
+        for start in range(0, len(samples), mb):
+            micro = samples[start : start + mb]
+            loss, metrics = self._micro_batch_loss(model, micro, device, step_tokens)
+            share = len(micro) / len(samples)
+            if not self.token_normalized:
+                loss = loss * share  # per-sequence means: weigh by the micro-batch's share of the step's samples
+            loss.backward()
+            total_loss += float(loss.detach())
+            for key, value in metrics.items():
+                # token-normalized loss terms already add up to the step's loss; diagnostics are means: weigh them
+                additive = key.startswith("tokens/") or (self.token_normalized and key.startswith("loss/"))
+                sums[key] = sums.get(key, 0.0) + (value if additive else value * share)
+        max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        skipped = not math.isfinite(grad_norm)
+        if skipped:  # a non-finite gradient would poison the adapter: skip this step, keep the run going
+            logger.warning("non-finite gradient norm for adapter %r; optimizer step skipped", self.adapter)
+        else:
+            self.optimizer.step()
+            self.steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        sums.pop("tokens/count", None)
+        sums.update({
+            "loss/total": total_loss,
+            "grad/norm": grad_norm,
+            "grad/clipped": float(grad_norm > max_norm),
+            "lr": float(self.optimizer.param_groups[0]["lr"]),
+            "tokens/loss": float(step_tokens),
+            "tokens/total": float(sum(s.num_tokens for s in samples)),
+            "train/samples": float(len(samples)),
+            "train/optimizer_steps": 0.0 if skipped else 1.0,
+            "train/skipped_steps": 1.0 if skipped else 0.0,
+        })  # fmt: skip
+        return sums
+
+    def _micro_batch_loss(
+        self, model: Any, micro: list[TrainingSample], device: torch.device, step_tokens: int
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg = self.config
+        if cfg.loss == "dpo":
+            return self._dpo_loss(model, micro, device)
+        batch = _batch(self.backend.tokenizer, micro, [s.completion_ids for s in micro], [s.loss_mask for s in micro],
+                       device)  # fmt: skip
+        ids, attention, mask = batch["input_ids"], batch["attention_mask"], batch["completion_mask"]
+        logps = per_token_logps(model, ids, attention, mask, temperature=cfg.temperature)  # (B, T)
+        weights = torch.tensor([s.weight for s in micro], dtype=logps.dtype, device=device)  # (B,)
+        if cfg.loss == "nll":
+            return self.loss_fn(logps, mask, weights=weights, num_tokens=step_tokens)
+        old = _aligned(micro, [s.old_logps for s in micro], logps.detach(), mask)  # (B, T), recorded or on-policy
+        advantages = _aligned(micro, [s.per_token_advantages() for s in micro], torch.zeros_like(logps), mask)
+        advantages = advantages * weights[:, None]  # w * min(rA, clip(r)A) = min(r wA, clip(r) wA) for w >= 0
+        if cfg.loss == "token_advantage":
+            return self.loss_fn(logps, old, advantages, mask, cfg.epsilon, epsilon_high=cfg.clip_high,
+                                num_tokens=step_tokens)  # fmt: skip
+        ref = None
+        if cfg.kl_beta > 0:
+            ref = self._reference(model, micro, [s.ref_logps for s in micro], ids, attention, mask)
+        return self.loss_fn(
+            logps, old, advantages, mask, ref_per_token_logps=ref, beta=cfg.kl_beta, epsilon_low=cfg.epsilon,
+            epsilon_high=cfg.clip_high, loss_type=cfg.grpo_loss_type, max_completion_length=cfg.max_completion_length,
+            num_tokens=step_tokens if cfg.grpo_loss_type == "dapo" else None,
+        )  # fmt: skip
+
+    def _dpo_loss(
+        self, model: Any, micro: list[TrainingSample], device: torch.device
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        # chosen rows then rejected rows, one forward pass (TRL concatenates the same way)
+        rows = [*micro, *micro]
+        completions = [s.completion_ids for s in micro] + [s.rejected_ids for s in micro]
+        masks = [s.loss_mask for s in micro] + [s.rejected_loss_mask for s in micro]
+        batch = _batch(self.backend.tokenizer, rows, completions, masks, device)
+        ids, attention, mask = batch["input_ids"], batch["attention_mask"], batch["completion_mask"]
+        logps = per_token_logps(model, ids, attention, mask, temperature=self.config.temperature).sum(-1)  # (2B,)
+        recorded = [s.ref_logps for s in micro] + [s.rejected_ref_logps for s in micro]
+        ref = self._reference(model, rows, recorded, ids, attention, mask, completions=completions).sum(-1)  # (2B,)
+        n = len(micro)
+        weights = torch.tensor([s.weight for s in micro], dtype=logps.dtype, device=device)
+        return self.loss_fn(logps[:n], logps[n:], ref[:n], ref[n:], self.config.beta, weights=weights)
+
+    def _reference(
+        self,
+        model: Any,
+        rows: list[TrainingSample],
+        recorded: list[list[float] | None],
+        ids: torch.Tensor,
+        attention: torch.Tensor,
+        mask: torch.Tensor,
+        completions: list[list[int]] | None = None,
+    ) -> torch.Tensor:
+        """log pi_ref per token: the recorded values when every row has them, else one reference forward pass."""
+        if all(r is not None for r in recorded):
+            return _aligned(rows, recorded, torch.zeros(ids.shape, device=ids.device), mask, completions=completions)
+        return reference_per_token_logps(model, ids, attention, mask, adapter=self.config.ref_adapter,
+                                         temperature=self.config.temperature)  # fmt: skip
+
+    def _check(self, sample: TrainingSample) -> None:
+        if sample.adapter != self.adapter:
+            raise ValueError(f"Sample of role {sample.role!r} trains adapter {sample.adapter!r}, not {self.adapter!r}.")
+        loss = self.config.loss
+        if loss == "dpo" and not sample.rejected_ids:
+            raise ValueError(f"loss='dpo' needs rejected_ids on every sample; role {sample.role!r} has none.")
+        if loss in ("grpo", "token_advantage") and sample.advantage is None and sample.token_advantages is None:
+            raise ValueError(f"loss={loss!r} needs advantage or token_advantages; role {sample.role!r} has neither.")
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer state, the step count and the adapter name (the weights are saved as a PEFT adapter)."""
+        return {"optimizer": self.optimizer.state_dict(), "steps": self.steps, "adapter": self.adapter}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`state_dict` returned.
+
+        Raises:
+            ConfigError: If the state belongs to another adapter.
+        """
+        if state.get("adapter", self.adapter) != self.adapter:
+            raise ConfigError(f"Optimizer state of adapter {state['adapter']!r} cannot load into {self.adapter!r}.")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = int(state["steps"])
+
+
+def _batch(
+    tokenizer: Any,
+    rows: list[TrainingSample],
+    completions: list[list[int]],
+    masks: list[list[int] | None],
+    device: torch.device,
+) -> dict[str, torch.Tensor]:
+    return build_completion_batch(tokenizer, [s.prompt_ids for s in rows], completions, loss_masks=masks, device=device)
+
+
+def _aligned(
+    rows: list[TrainingSample],
+    values: list[list[float] | None],
+    default: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    completions: list[list[int]] | None = None,
+) -> torch.Tensor:
+    """Per-completion-token lists placed at their (B, T) positions (after each prompt); ``default`` elsewhere."""
+    out = default.clone()
+    for i, (sample, row) in enumerate(zip(rows, values, strict=True)):
+        if row is None:
+            continue
+        start = len(sample.prompt_ids)
+        n = len(completions[i]) if completions is not None else len(sample.completion_ids)
+        out[i, start : start + n] = torch.tensor(row[:n], dtype=out.dtype, device=out.device)
+    return torch.where(mask.bool(), out, torch.zeros_like(out))
+
+
+def _merge(results: list[dict[str, float]]) -> dict[str, float]:
+    """Sums the counters over optimizer steps and averages the rest."""
+    summed = ("tokens/", "train/")
+    merged: dict[str, float] = {}
+    for key in results[0]:
+        values = [r.get(key, 0.0) for r in results]
+        merged[key] = sum(values) if key.startswith(summed) else sum(values) / len(values)
+    return merged

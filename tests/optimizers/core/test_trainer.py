@@ -1,0 +1,158 @@
+"""AdapterTrainer on the tiny random Llama: NLL lowers the loss and moves only its adapter; gradient accumulation
+matches one big batch; DPO starts at log 2 against the adapter-disabled reference; GRPO and OPD steps run."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from rolecall.errors import ConfigError
+from rolecall.lm import LocalLM
+from rolecall.optimizers.core import AdapterTrainer, TrainerConfig, TrainingSample
+
+
+@pytest.fixture
+def lm(tiny_model, smollm_tokenizer):
+    return LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=4)
+
+
+def make_samples(lm: LocalLM, adapter: str = "plan", **extra) -> list[TrainingSample]:
+    tok = lm.tokenizer
+    out = []
+    for i, (question, answer) in enumerate([("2+2?", "four"), ("Capital of France?", "Paris"),
+                                             ("Color of sky?", "blue"), ("Opposite of hot?", "cold")]):  # fmt: skip
+        prompt = lm.backend.encode_messages([{"role": "user", "content": question}])
+        completion = tok(f"[[ ## answer ## ]]\n{answer}", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        fields = {k: (v(i, completion) if callable(v) else v) for k, v in extra.items()}
+        out.append(TrainingSample(role="qa", adapter=adapter, prompt_ids=prompt, completion_ids=completion, **fields))
+    return out
+
+
+def snapshot(lm: LocalLM) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in lm.hf_model.named_parameters()}
+
+
+def test_nll_steps_lower_the_loss_and_change_only_their_adapter(lm):
+    lm.for_role("other")
+    trainer = AdapterTrainer(lm.for_role("plan"), "plan", TrainerConfig(learning_rate=1e-2, micro_batch_size=2))
+    samples = make_samples(lm)
+    before = snapshot(lm)
+    losses = [trainer.step(samples)["loss/nll"] for _ in range(4)]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
+    changed = {n for n, p in lm.hf_model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all(".plan." in n and "lora_" in n for n in changed), changed  # base and "other" stay equal
+    metrics = trainer.step(samples)
+    assert metrics["train/optimizer_steps"] == 1.0 and metrics["train/samples"] == 4.0
+    assert metrics["tokens/loss"] == sum(s.num_loss_tokens for s in samples)
+    assert metrics["grad/norm"] > 0 and metrics["lr"] == 1e-2
+    assert trainer.steps == 5 and lm.backend.adapter_versions["plan"] == 5
+
+
+def test_gradient_accumulation_equals_one_batch_and_clipping_applies(lm, smollm_tokenizer):
+    lm.for_role("plan")  # LoRA A starts random: copy the model after the adapter exists
+    lm2 = LocalLM(copy.deepcopy(lm.hf_model), tokenizer=smollm_tokenizer)
+    samples = make_samples(lm, loss_mask=lambda i, c: [1] * (len(c) - 2) + [0, 1])  # uneven masks
+    one = AdapterTrainer(
+        lm, "plan", TrainerConfig(learning_rate=0.01, micro_batch_size=4, gradient_accumulation_steps=1)
+    )
+    acc = AdapterTrainer(
+        lm2, "plan", TrainerConfig(learning_rate=0.01, micro_batch_size=1, gradient_accumulation_steps=4)
+    )
+    m1, m2 = one.step(samples), acc.step(samples)
+    assert m1["loss/nll"] == pytest.approx(m2["loss/nll"], rel=1e-5)
+    assert m1["grad/norm"] == pytest.approx(m2["grad/norm"], rel=1e-4)
+    for p, q in zip(one.params, acc.params, strict=True):  # Adam's g / sqrt(v) magnifies float noise of tiny g
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-4)
+    # two optimizer steps when the samples outnumber one step; a tiny max_grad_norm clips
+    config = TrainerConfig(micro_batch_size=1, gradient_accumulation_steps=2, max_grad_norm=1e-6)
+    clipped = AdapterTrainer(lm, "plan", config)
+    metrics = clipped.step(samples)
+    assert metrics["train/optimizer_steps"] == 2.0 and metrics["grad/clipped"] == 1.0
+
+
+def test_dpo_step_uses_the_adapter_disabled_reference(lm):
+    tok = lm.tokenizer
+    rejected = tok("[[ ## answer ## ]]\nbanana", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    samples = make_samples(lm, rejected_ids=rejected)
+    trainer = AdapterTrainer(lm, "plan", TrainerConfig(loss="dpo", beta=0.1, learning_rate=1e-2, micro_batch_size=2))
+    first = trainer.step(samples)
+    # a fresh adapter is the identity: policy == reference, so every reward is 0 and the loss is log 2
+    assert first["loss/dpo"] == pytest.approx(math.log(2), abs=1e-5)
+    assert first["rewards/margins"] == pytest.approx(0.0, abs=1e-5)
+    later = [trainer.step(samples) for _ in range(3)][-1]
+    assert later["rewards/margins"] > 0 and later["loss/dpo"] < math.log(2)
+    # recorded reference log-probs are used as given: all-zero references shift the rewards
+    recorded = make_samples(lm, rejected_ids=rejected, ref_logps=lambda i, c: [0.0] * len(c),
+                            rejected_ref_logps=[0.0] * len(rejected))  # fmt: skip
+    assert trainer.step(recorded)["rewards/chosen"] < 0  # beta * (log pi - 0) < 0
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+def test_grpo_step_follows_the_advantage(lm, loss_type):
+    samples = make_samples(lm, advantage=lambda i, c: 1.0 if i % 2 == 0 else -1.0)
+    config = TrainerConfig(loss="grpo", grpo_loss_type=loss_type, kl_beta=0.04, max_completion_length=8,
+                           learning_rate=1e-2)  # fmt: skip
+    trainer = AdapterTrainer(lm, "plan", config)
+    metrics = trainer.step(samples)
+    assert math.isfinite(metrics["loss/total"]) and metrics["kl/mean"] == pytest.approx(0.0, abs=1e-6)
+    metrics = trainer.step(samples)
+    assert metrics["kl/mean"] > 0  # the adapter moved away from the reference
+
+
+def test_token_advantage_step_runs_with_recorded_old_logps(lm):
+    samples = make_samples(lm, token_advantages=lambda i, c: [0.5] * len(c), old_logps=lambda i, c: [-5.0] * len(c))
+    trainer = AdapterTrainer(lm, "plan", TrainerConfig(loss="token_advantage", epsilon=0.2, learning_rate=1e-2))
+    metrics = trainer.step(samples)
+    assert math.isfinite(metrics["loss/policy"]) and metrics["ratio/mean"] != pytest.approx(1.0)
+
+
+def test_checks_and_optimizer_state_round_trip(lm):
+    trainer = AdapterTrainer(lm, "plan", TrainerConfig(learning_rate=1e-2))
+    with pytest.raises(ValueError, match="not 'plan'"):
+        trainer.step(make_samples(lm, adapter="other"))
+    with pytest.raises(ValueError, match="rejected_ids"):
+        AdapterTrainer(lm, "plan", TrainerConfig(loss="dpo")).step(make_samples(lm))
+    with pytest.raises(ValueError, match="advantage"):
+        AdapterTrainer(lm, "plan", TrainerConfig(loss="grpo")).step(make_samples(lm))
+    samples = make_samples(lm)
+    trainer.step(samples)
+    state = copy.deepcopy(trainer.state_dict())
+    weights = [p.detach().clone() for p in trainer.params]
+    after_one = [p.detach().clone() for p in (trainer.step(samples) and trainer.params)]
+    for p, w in zip(trainer.params, weights, strict=True):
+        p.data.copy_(w)
+    trainer.load_state_dict(state)
+    assert trainer.steps == 1
+    trainer.step(samples)
+    for p, q in zip(trainer.params, after_one, strict=True):
+        torch.testing.assert_close(p, q)  # the same Adam moments give the same second step
+    with pytest.raises(ConfigError, match="cannot load"):
+        trainer.load_state_dict({**state, "adapter": "other"})
+    assert trainer.step([]) == {"train/samples": 0.0, "train/optimizer_steps": 0.0}
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"loss": "ppo"}, "valid losses"),
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"micro_batch_size": 0}, "micro_batch_size"),
+        ({"gradient_accumulation_steps": 1.5}, "gradient_accumulation_steps"),
+        ({"max_grad_norm": -1.0}, "max_grad_norm"),
+        ({"beta": 0.0}, "beta"),
+        ({"kl_beta": -0.1}, "kl_beta"),
+        ({"epsilon": 1.0}, "epsilon"),
+        ({"epsilon_high": -0.1}, "epsilon_high"),
+        ({"weight_decay": -1.0}, "weight_decay"),
+        ({"adam_betas": (0.9, 1.0)}, "adam_betas"),
+        ({"temperature": 0.0}, "temperature"),
+        ({"grpo_loss_type": "ppo"}, "grpo_loss_type"),
+        ({"loss": "grpo", "grpo_loss_type": "dr_grpo"}, "max_completion_length"),
+    ],
+)
+def test_config_validation(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainerConfig(**fields)
