@@ -246,3 +246,29 @@ def test_eval_load_evaluates_a_saved_program_with_its_adapters(
     assert json.loads((out / "config.json").read_text())["program"] == "single_step_rag"
     assert loaded_weights.keys() == trained.keys() and trained
     assert all(torch.equal(loaded_weights[n], trained[n]) for n in trained)  # the trained weights were evaluated
+
+
+def test_compile_then_eval_load_on_a_tiny_model(tmp_path, tiny_model, smollm_tokenizer, capsys):
+    """`rolecall compile` trains and saves; `rolecall eval --load` evaluates the compiled, demo-free program."""
+    model_dir, saved = tmp_path / "tiny", tmp_path / "compiled"
+    tiny_model.save_pretrained(model_dir)
+    smollm_tokenizer.save_pretrained(model_dir)
+    argv = ["compile", "--program", "opera", "--limit", "3", "--max-steps", "1", "--model", str(model_dir)]
+    assert main([*argv, "--out", str(saved), "--no-progress", "--threads", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "opera compiled with sft on 3 synthetic questions" in printed and "rolecall eval --load" in printed
+    payload = json.loads((saved / "program.json").read_text())
+    assert set(payload["demo_free_adapters"]) == {"plan", "analysis", "rewrite", "synthesis"}
+    assert (saved / "adapters" / "plan" / "adapter_config.json").is_file() and (saved / "loss.png").is_file()
+    out = tmp_path / "run"
+    argv = ["eval", "--load", str(saved), "--model", str(model_dir), "--limit", "1", "--max-tokens", "4"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 0
+    (record,) = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    plan = next(s for s in record["trajectory"]["steps"] if s["role"] == "plan")
+    assert plan["adapter"] == "plan" and len(plan["messages"]) == 2  # the compiled role runs without demos
+
+
+def test_compile_rejects_a_program_without_gold_targets_before_loading(monkeypatch, capsys):
+    monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
+    assert main(["compile", "--program", "ircot", "--out", "x"]) == 1
+    assert "gold-path targets for opera; 'ircot' has none yet" in capsys.readouterr().err
