@@ -131,8 +131,7 @@ class SFT(dspy.teleprompt.Teleprompter):
         if not samples:
             raise ConfigError("SFT collected no training sample; check the trainset's gold decompositions")
         logger.info("SFT: %s", {a: len(s) for a, s in samples.items()})
-        for adapter, adapter_samples in samples.items():
-            self._train(lm, adapter, adapter_samples, started)
+        self._train(lm, samples, started)
         self._write(started)
         return student
 
@@ -173,7 +172,9 @@ class SFT(dspy.teleprompt.Teleprompter):
         return kept
 
     # ------------------------------------------------------------------ training
-    def _train(self, lm: Any, adapter: str, samples: list[TrainingSample], started: float) -> None:
+    def _train(self, lm: Any, samples: dict[str, list[TrainingSample]], started: float) -> None:
+        """Round-robin over the adapters, one optimizer step each in turn, so a time budget that runs out stops
+        every adapter at a similar point instead of starving the last one."""
         cfg = self.config
         trainer_config = TrainerConfig(
             loss="nll",
@@ -181,28 +182,35 @@ class SFT(dspy.teleprompt.Teleprompter):
             micro_batch_size=cfg.micro_batch_size,
             gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         )
-        trainer = AdapterTrainer(lm, adapter, trainer_config)
         per_step = trainer_config.samples_per_step
-        total = max(1, round(cfg.epochs * len(samples) / per_step))
-        total = min(total, cfg.max_steps) if cfg.max_steps is not None else total
+        plans = {}
+        for adapter, adapter_samples in samples.items():
+            total = max(1, round(cfg.epochs * len(adapter_samples) / per_step))
+            plans[adapter] = min(total, cfg.max_steps) if cfg.max_steps is not None else total
+        trainers = {a: AdapterTrainer(lm, a, trainer_config) for a in samples}
+        queues: dict[str, list[TrainingSample]] = {a: [] for a in samples}
         rng = random.Random(cfg.seed)
-        order: list[TrainingSample] = []
-        bar = tqdm(total=total, desc=f"SFT {adapter}", disable=not cfg.show_progress)
-        for step in range(total):
-            if cfg.time_budget_minutes is not None and time.perf_counter() - started > 60 * cfg.time_budget_minutes:
-                logger.warning("SFT: time budget spent; adapter %s stopped after %d of %d steps", adapter, step, total)
-                break
-            if len(order) < per_step:
-                fresh = list(samples)
-                rng.shuffle(fresh)
-                order += fresh
-            batch, order = order[:per_step], order[per_step:]
-            t0 = time.perf_counter()
-            metrics = trainer.step(batch)
-            record = {"adapter": adapter, "step": step + 1, "seconds": time.perf_counter() - t0, **metrics}
-            self.history.append(record)
-            bar.update(1)
-            bar.set_postfix(loss=f"{metrics.get('loss/total', float('nan')):.3f}")
+        bar = tqdm(total=sum(plans.values()), desc="SFT", disable=not cfg.show_progress)
+        for step in range(max(plans.values())):
+            for adapter, total in plans.items():
+                if step >= total:
+                    continue
+                if cfg.time_budget_minutes is not None and time.perf_counter() - started > 60 * cfg.time_budget_minutes:
+                    logger.warning("SFT: time budget spent after %d rounds of %s steps", step, plans)
+                    bar.close()
+                    return
+                if len(queues[adapter]) < per_step:
+                    fresh = list(samples[adapter])
+                    rng.shuffle(fresh)
+                    queues[adapter] += fresh
+                batch, queues[adapter] = queues[adapter][:per_step], queues[adapter][per_step:]
+                t0 = time.perf_counter()
+                metrics = trainers[adapter].step(batch)
+                self.history.append(
+                    {"adapter": adapter, "step": step + 1, "seconds": time.perf_counter() - t0, **metrics}
+                )
+                bar.update(1)
+                bar.set_postfix(adapter=adapter, loss=f"{metrics.get('loss/total', float('nan')):.3f}")
         bar.close()
 
     def _write(self, started: float) -> None:
