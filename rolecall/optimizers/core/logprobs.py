@@ -11,14 +11,12 @@ frozen adapter; no second copy of the weights is needed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.grpo.logprobs import _check_batch
+from rolecall.optimizers.grpo.logprobs import adapter_active, adapters_disabled, check_batch
 from rolecall.optimizers.grpo.loss import selective_log_softmax
 
 __all__ = ["per_token_logps", "reference_per_token_logps"]
@@ -55,7 +53,7 @@ def per_token_logps(
         ValueError: If the shapes disagree or ``completion_mask`` marks position 0.
         ConfigError: If ``temperature`` is not positive.
     """
-    _check_batch(input_ids, attention_mask, completion_mask)
+    check_batch(input_ids, attention_mask, completion_mask)
     if not temperature > 0:
         raise ConfigError(f"temperature must be > 0; got {temperature}.")
     mask = completion_mask.bool()
@@ -98,32 +96,6 @@ def reference_per_token_logps(
         TypeError: If ``model`` is not a PEFT model.
         ConfigError: If ``adapter`` is not loaded.
     """
-    context = _adapters_disabled(model) if adapter is None else _adapter_active(model, adapter)
+    context = adapters_disabled(model) if adapter is None else adapter_active(model, adapter)
     with torch.no_grad(), context:
         return per_token_logps(model, input_ids, attention_mask, completion_mask, temperature=temperature)
-
-
-@contextmanager
-def _adapters_disabled(model: Any) -> Iterator[None]:
-    if not hasattr(model, "disable_adapter"):
-        raise TypeError(f"The reference policy needs a PEFT model to disable adapters on; got {type(model).__name__}.")
-    with model.disable_adapter():
-        yield
-
-
-@contextmanager
-def _adapter_active(model: Any, adapter: str) -> Iterator[None]:
-    loaded = list(getattr(model, "peft_config", {}) or {})
-    if not hasattr(model, "set_adapter") or not loaded:
-        raise TypeError(f"A reference adapter {adapter!r} needs a PEFT model; got {type(model).__name__}.")
-    if adapter not in loaded:
-        raise ConfigError(f"Reference adapter {adapter!r} is not loaded; loaded adapters are {loaded}.")
-    previous = model.active_adapter
-    trainable = {name: p.requires_grad for name, p in model.named_parameters()}  # set_adapter flips requires_grad
-    model.set_adapter(adapter)
-    try:
-        yield
-    finally:
-        model.set_adapter(previous)
-        for name, parameter in model.named_parameters():
-            parameter.requires_grad_(trainable[name])

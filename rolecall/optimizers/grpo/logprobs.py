@@ -23,7 +23,14 @@ from rolecall.optimizers.grpo.loss import selective_log_softmax
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["build_completion_batch", "ref_logprobs", "sequence_logprobs"]
+__all__ = [
+    "build_completion_batch",
+    "ref_logprobs",
+    "sequence_logprobs",
+    "adapters_disabled",
+    "adapter_active",
+    "check_batch",
+]
 
 
 def sequence_logprobs(
@@ -53,7 +60,7 @@ def sequence_logprobs(
         ValueError: If the shapes disagree or ``completion_mask`` marks position 0.
         ConfigError: If ``temperature`` is not positive.
     """
-    _check_batch(input_ids, attention_mask, completion_mask)
+    check_batch(input_ids, attention_mask, completion_mask)
     if temperature <= 0:
         raise ConfigError(f"temperature must be > 0; got {temperature}.")
     mask = completion_mask.bool()  # (B, T)
@@ -103,13 +110,13 @@ def ref_logprobs(
         TypeError: If the model carries no adapters to disable or switch.
         ConfigError: If ``adapter`` names no loaded adapter.
     """
-    context = _disabled_adapters(peft_model) if adapter is None else _active_adapter(peft_model, adapter)
+    context = adapters_disabled(peft_model) if adapter is None else adapter_active(peft_model, adapter)
     with torch.no_grad(), context:
         return sequence_logprobs(peft_model, input_ids, attention_mask, completion_mask, temperature=temperature)
 
 
 @contextmanager
-def _disabled_adapters(model: Any) -> Iterator[None]:
+def adapters_disabled(model: Any) -> Iterator[None]:
     if hasattr(model, "disable_adapter"):  # peft.PeftModel
         with model.disable_adapter():
             yield
@@ -127,7 +134,7 @@ def _disabled_adapters(model: Any) -> Iterator[None]:
 
 
 @contextmanager
-def _active_adapter(model: Any, adapter: str) -> Iterator[None]:
+def adapter_active(model: Any, adapter: str) -> Iterator[None]:
     loaded = list(getattr(model, "peft_config", {}) or {})
     if not hasattr(model, "set_adapter") or not loaded:
         raise TypeError(f"ref_logprobs(adapter={adapter!r}) needs a PEFT model; got {type(model).__name__}.")
@@ -216,7 +223,7 @@ def _resolve_pad_id(tokenizer: Any | None, pad_id: int | None) -> int:
     raise ConfigError("No pad id: pass pad_id=..., or a tokenizer with a pad_token_id or eos_token_id.")
 
 
-def _check_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor) -> None:
+def check_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor) -> None:
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must have shape (B, T); got {tuple(input_ids.shape)}.")
     for name, tensor in (("attention_mask", attention_mask), ("completion_mask", completion_mask)):
