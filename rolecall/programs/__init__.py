@@ -26,6 +26,7 @@ from rolecall.programs.d2plan.program import D2Plan
 from rolecall.programs.opera.demos import opera_demos
 from rolecall.programs.opera.program import OPERA
 from rolecall.programs.reap.program import REAP
+from rolecall.programs.registry import default_demos
 from rolecall.programs.stride.program import STRIDE
 from rolecall.programs.stride.state import StrideState, causal_rewrite_steps
 from rolecall.programs.team.program import CascadedTeam, HierarchicalTeam, tool_steps
@@ -60,6 +61,7 @@ __all__ = [
     "D2PlanFacts",
     "StrideState",
     "causal_rewrite_steps",
+    "default_demos",
     "opera_demos",
     "cot_demos",
     "rag_demos",

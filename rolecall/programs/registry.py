@@ -29,6 +29,7 @@ __all__ = [
     "option_names",
     "parse_program_options",
     "saved_program",
+    "default_demos",
 ]
 
 logger = logging.getLogger(__name__)
@@ -205,3 +206,22 @@ def saved_program(path: str | Path) -> tuple[str, type]:
         f"{path} holds a {saved or 'program of unknown class'}, which is not a registered program; registered: "
         f"{', '.join(program_names())}"
     )
+
+
+def default_demos(kind: str, *, n: int = 3) -> dict[str, list[Any]]:
+    """At most ``n`` of each role's built-in demos of a program (fresh copies; programs ship 3 per role): ``kind``
+    is a registered program name, or ``"cot"`` / ``"rag"`` for the two direct baselines (the names this function took
+    before each program had its own ``default_demos()``).
+
+    Raises:
+        ConfigError: ``kind`` names no program.
+
+    Example:
+        >>> sorted(default_demos("opera"))
+        ['analysis', 'plan', 'rewrite', 'synthesis']
+    """
+    name = {"cot": "no_retrieval_cot", "rag": "single_step_rag"}.get(kind, kind)
+    if name not in PROGRAMS:
+        raise ConfigError(f"unknown demo kind {kind!r}; choose a program ({', '.join(program_names())}), cot or rag")
+    program = get_program_class(name)(None, demos=None)
+    return {role: role_demos[:n] for role, role_demos in program.default_demos().items()}

@@ -78,3 +78,24 @@ def test_eval_cli_accepts_every_program(name):
 
     args = build_parser().parse_args(["eval", "--program", name, "--dataset", "synthetic"])
     assert args.program == name
+
+
+def test_every_public_name_of_the_flat_layout_still_imports():
+    import rolecall.programs as programs
+
+    old = """Program OPERA REAP CascadedTeam HierarchicalTeam D2Plan STRIDE NoRetrievalCoT SingleStepRAG IRCoT
+    IterRetGen
+    SelfAsk ReActAgent SearchR1Agent Trajectory Step LMCallRecorder format_passages parallel_map tool_steps d2plan_facts
+    D2PlanFacts StrideState causal_rewrite_steps default_demos opera_demos cot_demos rag_demos""".split()
+    assert [name for name in old if not hasattr(programs, name)] == []
+    assert set(old) <= set(programs.__all__)
+
+
+def test_default_demos_by_program_name_or_old_kind():
+    from rolecall.programs import default_demos
+
+    assert sorted(default_demos("opera")) == ["analysis", "plan", "rewrite", "synthesis"]
+    assert [len(v) for v in default_demos("rag", n=2).values()] == [2]
+    assert sorted(default_demos("cot")) == ["answer"]
+    with pytest.raises(ConfigError, match="unknown demo kind 'nope'"):
+        default_demos("nope")
