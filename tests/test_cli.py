@@ -271,4 +271,7 @@ def test_compile_then_eval_load_on_a_tiny_model(tmp_path, tiny_model, smollm_tok
 def test_compile_rejects_a_program_without_gold_targets_before_loading(monkeypatch, capsys):
     monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
     assert main(["compile", "--program", "ircot", "--out", "x"]) == 1
-    assert "gold-path targets for opera; 'ircot' has none yet" in capsys.readouterr().err
+    assert (
+        "gold-path targets for cascaded_team, d2plan, hierarchical_team, opera, reap, stride; 'ircot' has none"
+        in capsys.readouterr().err
+    )

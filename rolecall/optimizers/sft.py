@@ -12,6 +12,7 @@ their demos (the demo policy ``"until_trained"``).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -31,20 +32,31 @@ from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
 from rolecall.optimizers.core.trainer import AdapterTrainer
-from rolecall.optimizers.gold.opera import opera_gold
+from rolecall.optimizers.gold import d2plan_gold, opera_gold, reap_gold, stride_gold, team_gold
 from rolecall.optimizers.gold.runner import gold_trajectories
 from rolecall.programs.core.calls import is_local_lm
 from rolecall.programs.core.options import ProgramOptions, option
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.program import Program
+from rolecall.programs.d2plan.program import D2Plan
 from rolecall.programs.opera.program import OPERA
+from rolecall.programs.reap.program import REAP
+from rolecall.programs.stride.program import STRIDE
+from rolecall.programs.team.program import CascadedTeam, HierarchicalTeam
 
 __all__ = ["SFT", "SFTConfig", "GOLD_BUILDERS"]
 
 logger = logging.getLogger(__name__)
 
-GOLD_BUILDERS: dict[type, Callable[..., Any]] = {OPERA: opera_gold}
-"""Program class -> its gold-path override builder ``builder(example) -> override``."""
+GOLD_BUILDERS: dict[type, Callable[..., Any]] = {
+    OPERA: opera_gold,
+    REAP: reap_gold,
+    CascadedTeam: team_gold,
+    HierarchicalTeam: team_gold,
+    D2Plan: d2plan_gold,
+    STRIDE: stride_gold,
+}
+"""Program class -> its gold-path override builder ``builder(example, corpus=None) -> override``."""
 
 
 @dataclass(kw_only=True)
@@ -145,8 +157,13 @@ class SFT(dspy.teleprompt.Teleprompter):
                 raise ConfigError(
                     f"SFT(source='gold') has gold-path builders for {names}, not {type(program).__name__}"
                 )
+            corpus = getattr(program.retriever, "docs", None)  # titles and key sentences for the gold queries
             runs = gold_trajectories(
-                program, examples, override_for=builder, num_threads=cfg.num_threads, show_progress=cfg.show_progress
+                program,
+                examples,
+                override_for=functools.partial(builder, corpus=corpus),
+                num_threads=cfg.num_threads,
+                show_progress=cfg.show_progress,
             )
             return [pred.trajectory for _, pred in runs]
         return self._self_trajectories(program, examples)

@@ -11,7 +11,7 @@ from rolecall.data.synthetic import synthetic_world
 from rolecall.errors import ConfigError
 from rolecall.lm import LocalLM
 from rolecall.optimizers.sft import SFT
-from rolecall.programs import OPERA, SingleStepRAG
+from rolecall.programs import OPERA, REAP, SingleStepRAG
 from rolecall.retrievers.bm25 import BM25
 
 
@@ -48,6 +48,16 @@ def test_gold_sft_trains_every_opera_adapter_on_demo_free_prompts(world, lm, tmp
     assert (tmp_path / "loss.png").stat().st_size > 0
 
 
+def test_an_adapter_group_trains_as_one_adapter_on_all_its_roles_samples(world, lm):
+    program = REAP(BM25(world.corpus), lm=lm)  # decomposer + replanner share "planner"
+    sft = SFT(epochs=1, show_progress=False, num_threads=2)
+    program.compile(optimizer=sft, trainset=world.train)
+    trained = {r["adapter"] for r in sft.history}
+    assert "planner" in trained and "decomposer" not in trained and "replanner" not in trained
+    assert {"planner", "extractor", "synthesizer"} <= program.demo_free_adapters
+    assert program.decomposer.demos == [] and program.replanner.demos == []
+
+
 def test_max_steps_and_role_selection(world, lm):
     program = OPERA(BM25(world.corpus), lm=lm)
     sft = SFT(epochs=5, max_steps=1, roles=("plan",), show_progress=False)
@@ -61,7 +71,10 @@ def test_errors_name_the_fix(world, lm):
         SFT(epochs=0)
     with pytest.raises(ConfigError, match="SFT has no option 'lr'"):
         SFT(lr=1e-3)
-    with pytest.raises(ConfigError, match="gold-path builders for OPERA, not SingleStepRAG"):
+    with pytest.raises(
+        ConfigError,
+        match="gold-path builders for CascadedTeam, D2Plan, HierarchicalTeam, OPERA, REAP, STRIDE, not SingleStepRAG",
+    ):
         SingleStepRAG(BM25(world.corpus), lm=lm).compile(optimizer=SFT(show_progress=False), trainset=world.train)
     with pytest.raises(ConfigError, match="rolecall.data.Example"):
         OPERA(BM25(world.corpus), lm=lm).compile(optimizer=SFT(), trainset=[e.to_dspy() for e in world.train])

@@ -1,6 +1,22 @@
-"""Gold-path targets for SFT (``source="gold"``): each role's gold output from an example's gold decomposition."""
+"""Gold-path targets for SFT (``source="gold"``): each role's gold output from an example's gold decomposition, for
+every role of the five systems."""
 
+from rolecall.optimizers.gold.d2plan import d2plan_gold, d2plan_gold_plan
 from rolecall.optimizers.gold.opera import gold_sub_goals, opera_gold, shown_passage_ids
+from rolecall.optimizers.gold.reap import reap_gold
 from rolecall.optimizers.gold.runner import gold_steps, gold_trajectories
+from rolecall.optimizers.gold.stride import stride_gold
+from rolecall.optimizers.gold.team import team_gold
 
-__all__ = ["gold_steps", "gold_sub_goals", "gold_trajectories", "opera_gold", "shown_passage_ids"]
+__all__ = [
+    "d2plan_gold",
+    "d2plan_gold_plan",
+    "gold_steps",
+    "gold_sub_goals",
+    "gold_trajectories",
+    "opera_gold",
+    "reap_gold",
+    "shown_passage_ids",
+    "stride_gold",
+    "team_gold",
+]

@@ -1,0 +1,287 @@
+"""The weight-optimizer base: stages, a time budget split by measured cost, a checkpoint every step, resume, metrics.
+
+A :class:`WeightOptimizer` is a ``dspy.Teleprompter`` whose ``compile`` owns the training loop; a subclass says what
+one step does. The contract:
+
+- ``stages(student, trainset) -> list[Stage]``: what to train. A stage is one adapter (or adapter group shared by
+  several roles) with its step count and its :class:`TrainerConfig` (the loss by name).
+- ``setup(student, trainset, stages)``: once per process, after a resume has restored the adapters (for example
+  SFT's gold collection). ``start_stage(ctx)``: when a stage is first entered in this process (for example MAPGRPO's
+  per-stage input collection with the earlier agents trained). Both must depend only on their inputs and the
+  adapters: they run under a private copy of the RNGs, so an uninterrupted and a resumed run stay identical.
+- per step, in order: ``collect(ctx) -> batch`` (take inputs from the stage's sample stream, ``ctx.take(items, n)``,
+  which the checkpoint resumes by position), ``generate(ctx, batch)`` (rollouts; default: none), ``score(ctx,
+  generated) -> (samples, metrics)`` (rewards, advantages; default: the batch already is the samples) and
+  ``update(ctx, samples, trainer) -> metrics`` (default: ``trainer.step(samples)``). Randomness comes from
+  ``ctx.rng`` or the global RNGs; all of them are checkpointed.
+
+The base writes ``<output_dir>/metrics.jsonl`` (one flat line per step, with ``time/collect``, ``time/generate``,
+``time/score``, ``time/update`` and ``time/step`` in seconds), an atomic checkpoint after every step
+(:mod:`rolecall.optimizers.core.checkpoint`), ``summary.json`` (steps done and why training stopped) and the final
+adapters under ``adapters/<name>/``. ``resume=True`` continues from the last checkpoint, after a SIGKILL too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, get_args
+
+import dspy
+from tqdm.auto import tqdm
+
+from rolecall.errors import ConfigError
+from rolecall.optimizers.core.budget import Schedule, check_budget, next_stage
+from rolecall.optimizers.core.checkpoint import (
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    seed_everything,
+    set_rng_state,
+)
+from rolecall.optimizers.core.metrics_log import MetricsLog
+from rolecall.optimizers.core.sample import TrainingSample
+from rolecall.optimizers.core.stage import Stage, StepContext
+from rolecall.optimizers.core.trainer import AdapterTrainer
+
+__all__ = ["Stage", "StepContext", "WeightOptimizer", "WeightOptimizerConfig"]
+
+logger = logging.getLogger(__name__)
+
+PHASES = ("collect", "generate", "score", "update")
+"""The timed phases of one step, in order (``time/<phase>`` in ``metrics.jsonl``)."""
+
+
+@dataclass(kw_only=True)
+class WeightOptimizerConfig:
+    """The loop settings every weight optimizer shares."""
+
+    output_dir: str | None = None
+    """Where metrics, checkpoints, ``summary.json`` and the final adapters go (None: nowhere, no resume)."""
+    time_budget_s: float | None = None
+    """Wall-clock seconds for the training loop, split over the stages by measured step cost (None: no limit)."""
+    schedule: Schedule = "sequential"
+    """``sequential``: stage after stage (MAPGRPO); ``interleaved``: the stages' steps in turn (SFT)."""
+    resume: bool = False
+    """Continue from the last checkpoint in ``output_dir`` (False starts afresh and deletes old checkpoints)."""
+    keep_checkpoints: int = 1
+    """How many of the newest checkpoints to keep."""
+    seed: int = 0
+    """Seeds Python, NumPy and torch at a fresh start, ``ctx.rng`` and the sample streams."""
+    show_progress: bool = True
+    """A tqdm bar over all stages' steps."""
+
+    def __post_init__(self) -> None:
+        if self.schedule not in get_args(Schedule):
+            raise ConfigError(f"schedule={self.schedule!r}; valid options are {list(get_args(Schedule))}.")
+        if self.keep_checkpoints < 1:
+            raise ConfigError(f"keep_checkpoints must be >= 1; got {self.keep_checkpoints}.")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise ConfigError(f"time_budget_s must be > 0 seconds or None; got {self.time_budget_s}.")
+        if self.resume and self.output_dir is None:
+            raise ConfigError("resume=True needs output_dir (where the checkpoints are).")
+
+
+class WeightOptimizer(dspy.teleprompt.Teleprompter):
+    """Trains a program's LoRA adapters stage by stage, with budget, checkpoints, resume and metrics (see module).
+
+    Args:
+        config: The loop settings.
+
+    Attributes:
+        history: The metrics records of the steps this process ran.
+        stop_reason: ``"completed"`` or ``"time_budget"`` after :meth:`compile`.
+        stopped: Stage -> why it stopped before its planned steps.
+    """
+
+    def __init__(self, config: WeightOptimizerConfig | None = None) -> None:
+        super().__init__()
+        self.config = config or WeightOptimizerConfig()
+        self.history: list[dict[str, Any]] = []
+        self.stop_reason: str | None = None
+        self.stopped: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ the subclass contract
+    def stages(self, student: Any, trainset: Sequence[Any]) -> list[Stage]:
+        """The stages to train, in order."""
+        raise NotImplementedError(f"{type(self).__name__} must implement stages(student, trainset)")
+
+    def setup(self, student: Any, trainset: Sequence[Any], stages: list[Stage]) -> None:
+        """Runs once per process before the first step (after a resume restored the adapters)."""
+
+    def start_stage(self, ctx: StepContext) -> None:
+        """Runs when ``ctx.stage`` is first entered in this process (also when a resume lands mid-stage)."""
+
+    def collect(self, ctx: StepContext) -> Any:
+        """The step's inputs, usually ``ctx.take(pool, n)``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement collect(ctx)")
+
+    def generate(self, ctx: StepContext, batch: Any) -> Any:
+        """Rollouts for the batch (default: none; the batch passes through)."""
+        return batch
+
+    def score(self, ctx: StepContext, generated: Any) -> tuple[list[TrainingSample], dict[str, float]]:
+        """Training samples and reward metrics of the generated batch (default: it already is the samples)."""
+        return list(generated), {}
+
+    def update(self, ctx: StepContext, samples: list[TrainingSample], trainer: AdapterTrainer) -> dict[str, float]:
+        """Trains the stage's adapter on the samples (default: ``trainer.step(samples)``)."""
+        return trainer.step(samples)
+
+    def backend(self, student: Any) -> Any:
+        """The ``ModelBackend`` holding the adapters (default: ``student.lm.backend``, or ``student.backend``)."""
+        lm = getattr(student, "lm", None) or student
+        backend = getattr(lm, "backend", None)
+        if backend is None or not hasattr(backend, "save_adapter"):
+            raise ConfigError(f"{type(self).__name__} trains LoRA adapters: build the program with lm=LocalLM().")
+        return backend
+
+    # ------------------------------------------------------------------ the loop
+    def compile(self, student: Any, *, trainset: Sequence[Any], valset: Sequence[Any] | None = None, **_: Any) -> Any:
+        """Trains ``student``'s adapters in place, stage by stage, and returns it.
+
+        Raises:
+            ConfigError: If the stages are invalid, the student is not on a LocalLM, or a checkpoint is unreadable.
+        """
+        cfg = self.config
+        stages = self.stages(student, trainset)
+        names = [s.name for s in stages]
+        if not stages or len(set(names)) != len(names):
+            raise ConfigError(f"{type(self).__name__}.stages() must return stages with unique names; got {names}.")
+        by_name = {s.name: s for s in stages}
+        planned = {s.name: s.steps for s in stages}
+        backend = self.backend(student)
+        for stage in stages:
+            backend.ensure_adapter(stage.adapter)
+        out = Path(cfg.output_dir) if cfg.output_dir is not None else None
+        self.rng = random.Random(cfg.seed)
+        state, saved_trainers = self._start(out, backend)
+        with self._private_rng(cfg.seed):
+            self.setup(student, trainset, stages)
+        trainers: dict[str, AdapterTrainer] = {}
+        started: set[str] = set()
+        bar = tqdm(total=sum(planned.values()), initial=state["global_step"], desc=type(self).__name__,
+                   disable=not cfg.show_progress)  # fmt: skip
+        clock, elapsed0 = time.perf_counter(), state["elapsed_s"]
+        while (name := next_stage(planned, state, cfg.schedule)) is not None:
+            state["elapsed_s"] = elapsed0 + time.perf_counter() - clock
+            reason = check_budget(name, planned, state, cfg.time_budget_s, cfg.schedule)
+            if reason is not None:
+                state["stopped"][name] = reason
+                logger.warning("%s %s: stopped after %d of %d steps: %s", type(self).__name__, name,
+                               state["steps"].get(name, 0), planned[name], reason)  # fmt: skip
+                continue
+            stage = by_name[name]
+            ctx = StepContext(stage=stage, step=state["steps"].get(name, 0), global_step=state["global_step"],
+                              position=state["positions"].get(name, 0), rng=self.rng, seed=cfg.seed)  # fmt: skip
+            if name not in started:
+                started.add(name)
+                with self._private_rng(f"{cfg.seed}-{name}"):
+                    self.start_stage(ctx)
+            if name not in trainers:  # after the restore: loading an adapter replaces its parameters
+                trainers[name] = AdapterTrainer(backend, stage.adapter, stage.trainer)
+                if name in saved_trainers:
+                    trainers[name].load_state_dict(saved_trainers[name])
+            record = self._step(ctx, trainers[name])
+            self._account(state, ctx, record, elapsed0 + time.perf_counter() - clock)
+            if out is not None:
+                t0 = time.perf_counter()
+                trained = sorted({by_name[s].adapter for s, n in state["steps"].items() if n > 0})
+                save_checkpoint(out / "checkpoints", state["global_step"], backend=backend, adapters=trained,
+                                trainers=trainers, state=state, generator=self.rng,
+                                keep=cfg.keep_checkpoints)  # fmt: skip
+                state["checkpoint_s"] = time.perf_counter() - t0
+            bar.update(1)
+            bar.set_postfix(stage=name, loss=f"{record.get('loss/total', float('nan')):.4f}")
+        bar.close()
+        self.stopped = dict(state["stopped"])
+        self.stop_reason = "time_budget" if self.stopped else "completed"
+        if out is not None:
+            self._finish(out, backend, stages, state)
+        return student
+
+    def _account(self, state: dict[str, Any], ctx: StepContext, record: dict[str, Any], elapsed: float) -> None:
+        """Moves the loop state past the step (its cost includes the last checkpoint's write) and logs the record."""
+        name = ctx.stage.name
+        state["steps"][name], state["positions"][name] = ctx.step + 1, ctx.position
+        state["global_step"] += 1
+        seconds, count = state["costs"].get(name, [0.0, 0])
+        state["costs"][name] = [seconds + record["time/step"] + state["checkpoint_s"], count + 1]
+        state["elapsed_s"] = record["elapsed_s"] = elapsed
+        self._log(Path(self.config.output_dir) if self.config.output_dir else None, record)
+
+    def _step(self, ctx: StepContext, trainer: AdapterTrainer) -> dict[str, Any]:
+        """One step's four phases, each timed."""
+        times = {}
+        t0 = time.perf_counter()
+        batch = self.collect(ctx)
+        times["collect"] = time.perf_counter()
+        generated = self.generate(ctx, batch)
+        times["generate"] = time.perf_counter()
+        samples, metrics = self.score(ctx, generated)
+        times["score"] = time.perf_counter()
+        metrics = {**metrics, **self.update(ctx, samples, trainer)}
+        times["update"] = time.perf_counter()
+        record: dict[str, Any] = {"stage": ctx.stage.name, "adapter": ctx.stage.adapter, "step": ctx.step + 1,
+                                  "global_step": ctx.global_step + 1}  # fmt: skip
+        previous = t0
+        for phase in PHASES:
+            record[f"time/{phase}"] = times[phase] - previous
+            previous = times[phase]
+        record["time/step"] = previous - t0
+        record.update({k: float(v) for k, v in metrics.items()})
+        return record
+
+    # ------------------------------------------------------------------ state, logging, output
+    def _start(self, out: Path | None, backend: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """The loop state and saved trainer states: from the last checkpoint on resume, else fresh (and seeded)."""
+        fresh = {"global_step": 0, "steps": {}, "positions": {}, "costs": {}, "elapsed_s": 0.0, "checkpoint_s": 0.0,
+                 "allotments": {}, "stopped": {}}  # fmt: skip
+        checkpoint = load_checkpoint(out / "checkpoints") if self.config.resume and out is not None else None
+        if checkpoint is not None:
+            checkpoint.restore(backend, self.rng)
+            state = {**fresh, **checkpoint.state}
+            MetricsLog(out / "metrics.jsonl").truncate(state["global_step"])
+            logger.info("%s: resumed at global step %d (%s)", type(self).__name__, state["global_step"], state["steps"])
+            return state, checkpoint.trainers
+        if self.config.resume:
+            logger.info("%s: no checkpoint in %s; starting afresh", type(self).__name__, out)
+        if out is not None:
+            shutil.rmtree(out / "checkpoints", ignore_errors=True)
+            MetricsLog(out / "metrics.jsonl").clear()
+        seed_everything(self.config.seed)
+        return fresh, {}
+
+    def _log(self, out: Path | None, record: dict[str, Any]) -> None:
+        self.history.append(record)
+        logger.debug("%s %s step %d: %s", type(self).__name__, record["stage"], record["step"], record)
+        if out is not None:
+            MetricsLog(out / "metrics.jsonl").append(record)
+
+    def _finish(self, out: Path, backend: Any, stages: list[Stage], state: dict[str, Any]) -> None:
+        for adapter in dict.fromkeys(s.adapter for s in stages):
+            backend.save_adapter(adapter, out / "adapters" / adapter)
+        summary = {"stop_reason": self.stop_reason, "stopped": state["stopped"],
+                   "steps": {s.name: state["steps"].get(s.name, 0) for s in stages},
+                   "planned": {s.name: s.steps for s in stages}, "global_step": state["global_step"],
+                   "elapsed_s": state["elapsed_s"], "time_budget_s": self.config.time_budget_s}  # fmt: skip
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        logger.info("%s: %s after %d steps in %.1fs; output in %s", type(self).__name__, self.stop_reason,
+                    state["global_step"], state["elapsed_s"], out)  # fmt: skip
+
+    @contextlib.contextmanager
+    def _private_rng(self, seed: int | str) -> Iterator[None]:
+        """Runs a hook on freshly seeded global RNGs and puts the loop's RNG states back afterwards."""
+        saved = rng_state(self.rng)
+        seed_everything(seed)
+        try:
+            yield
+        finally:
+            set_rng_state(saved, self.rng)

@@ -1,0 +1,196 @@
+"""Atomic training checkpoints: adapters, optimizer states, RNG states and the loop's position, written every step.
+
+A checkpoint is one directory ``<root>/step-00000012/`` holding
+
+- ``adapters/<name>/``: each trained adapter in PEFT format (``ModelBackend.save_adapter``);
+- ``trainers.pt``: each stage's ``AdapterTrainer.state_dict()`` (AdamW moments, step count) and the RNG states of
+  Python's ``random``, NumPy, torch (and CUDA when present) plus the optimizer's own ``random.Random``;
+- ``state.json``: the loop's state (stage, steps per stage, sample-stream positions, elapsed seconds, ...).
+
+It is written into a hidden temporary directory beside the final one and renamed into place, so a run killed at any
+moment (SIGKILL included) leaves either the previous checkpoint or the new one, never half of one. Only the last
+``keep`` checkpoints are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rolecall.errors import ConfigError
+
+__all__ = [
+    "Checkpoint",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "rng_state",
+    "save_checkpoint",
+    "seed_everything",
+    "set_rng_state",
+]
+
+logger = logging.getLogger(__name__)
+
+_PREFIX = "step-"
+_TMP_PREFIX = ".tmp-"
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: where it lies, the loop state, the trainer states and the RNG states."""
+
+    path: Path
+    """The checkpoint directory (``<root>/step-XXXXXXXX``)."""
+    state: dict[str, Any]
+    """The JSON loop state given to :func:`save_checkpoint`."""
+    trainers: dict[str, dict[str, Any]]
+    """Stage name -> ``AdapterTrainer.state_dict()``."""
+    rng: dict[str, Any]
+    """What :func:`rng_state` returned when the checkpoint was written."""
+
+    @property
+    def adapters(self) -> list[str]:
+        """Names of the adapters saved in the checkpoint."""
+        folder = self.path / "adapters"
+        if not folder.is_dir():
+            return []
+        return sorted(p.name for p in folder.iterdir() if (p / "adapter_config.json").is_file())
+
+    def restore(self, backend: Any, generator: random.Random | None = None) -> None:
+        """Loads the saved adapters into ``backend`` (replacing those of the same name) and sets the RNG states
+        (``generator`` gets the optimizer's own saved RNG state).
+
+        Create the ``AdapterTrainer`` s only afterwards: loading an adapter replaces its parameter tensors.
+        """
+        for name in self.adapters:
+            backend.load_adapter(name, self.path / "adapters" / name)
+        set_rng_state(self.rng, generator)
+
+
+def rng_state(generator: random.Random | None = None) -> dict[str, Any]:
+    """The states of Python's, NumPy's and torch's global RNGs (CUDA's too when available) and of ``generator``."""
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if generator is not None:
+        state["generator"] = generator.getstate()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any], generator: random.Random | None = None) -> None:
+    """Restores what :func:`rng_state` returned (``generator`` gets the saved generator state, if any)."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if generator is not None and "generator" in state:
+        generator.setstate(state["generator"])
+
+
+def seed_everything(seed: int | str) -> None:
+    """Seeds Python's, NumPy's and torch's global RNGs (a string seed is hashed to an integer deterministically)."""
+    value = seed if isinstance(seed, int) else random.Random(seed).randrange(2**31)
+    random.seed(value)
+    np.random.seed(value % 2**32)
+    torch.manual_seed(value)
+
+
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    *,
+    backend: Any,
+    adapters: list[str],
+    trainers: Mapping[str, Any],
+    state: Mapping[str, Any],
+    generator: random.Random | None = None,
+    keep: int = 1,
+) -> Path:
+    """Writes checkpoint ``step`` atomically (temporary directory, then rename) and prunes older ones.
+
+    Args:
+        root: The directory holding the checkpoints.
+        step: The global step count the checkpoint was taken after (names the directory).
+        backend: The ``ModelBackend`` holding the adapters.
+        adapters: The adapters to save (those trained so far).
+        trainers: Stage name -> ``AdapterTrainer`` (its ``state_dict()`` is saved).
+        state: The JSON-serializable loop state.
+        generator: The optimizer's own RNG, saved with the global ones.
+        keep: How many of the newest checkpoints to keep (>= 1).
+
+    Returns:
+        The checkpoint directory.
+
+    Raises:
+        ConfigError: If ``keep`` is below 1.
+    """
+    if keep < 1:
+        raise ConfigError(f"keep must be >= 1 (the checkpoint just written); got {keep}.")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{_PREFIX}{step:08d}"
+    tmp = root / f"{_TMP_PREFIX}{final.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for name in adapters:
+        backend.save_adapter(name, tmp / "adapters" / name)
+    payload = {"trainers": {k: t.state_dict() for k, t in trainers.items()}, "rng": rng_state(generator)}
+    torch.save(payload, tmp / "trainers.pt")
+    (tmp / "state.json").write_text(json.dumps(dict(state), indent=1))
+    if final.exists():  # a resumed run re-took this step: the new one replaces it
+        shutil.rmtree(final)
+    os.replace(tmp, final)  # atomic on POSIX: readers see the old set of checkpoints or the new one
+    _prune(root, keep)
+    return final
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The newest complete checkpoint directory under ``root``, or None."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    done = sorted(p for p in root.iterdir() if p.name.startswith(_PREFIX) and (p / "state.json").is_file())
+    return done[-1] if done else None
+
+
+def load_checkpoint(root: str | Path) -> Checkpoint | None:
+    """Reads the newest checkpoint under ``root`` (None when there is none); call :meth:`Checkpoint.restore` next.
+
+    Raises:
+        ConfigError: If the checkpoint cannot be read.
+    """
+    path = latest_checkpoint(root)
+    if path is None:
+        return None
+    try:
+        state = json.loads((path / "state.json").read_text())
+        payload = torch.load(path / "trainers.pt", weights_only=False)  # our own file: RNG states need pickle
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ConfigError(f"Checkpoint {path} is unreadable ({exc}); delete it to resume from the one before.") from exc
+    logger.info("Loaded checkpoint %s", path)
+    return Checkpoint(path=path, state=state, trainers=payload["trainers"], rng=payload["rng"])
+
+
+def _prune(root: Path, keep: int) -> None:
+    """Deletes all but the newest ``keep`` checkpoints and any temporary directory a killed write left behind."""
+    for p in root.iterdir():
+        if p.name.startswith(_TMP_PREFIX):
+            shutil.rmtree(p, ignore_errors=True)
+    done = sorted(p for p in root.iterdir() if p.name.startswith(_PREFIX))
+    for p in done[:-keep]:
+        shutil.rmtree(p, ignore_errors=True)
