@@ -29,7 +29,7 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
@@ -101,6 +101,9 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         stopped: Stage -> why it stopped before its planned steps.
     """
 
+    clock: Callable[[], float] = staticmethod(time.perf_counter)
+    """The seconds every timing and the budget are measured in (a test may substitute a virtual clock)."""
+
     def __init__(self, config: WeightOptimizerConfig | None = None) -> None:
         super().__init__()
         self.config = config or WeightOptimizerConfig()
@@ -169,9 +172,9 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         started: set[str] = set()
         bar = tqdm(total=sum(planned.values()), initial=state["global_step"], desc=type(self).__name__,
                    disable=not cfg.show_progress)  # fmt: skip
-        clock, elapsed0 = time.perf_counter(), state["elapsed_s"]
+        clock, elapsed0 = self.clock(), state["elapsed_s"]
         while (name := next_stage(planned, state, cfg.schedule)) is not None:
-            state["elapsed_s"] = elapsed0 + time.perf_counter() - clock
+            state["elapsed_s"] = elapsed0 + self.clock() - clock
             reason = check_budget(name, planned, state, cfg.time_budget_s, cfg.schedule)
             if reason is not None:
                 state["stopped"][name] = reason
@@ -190,14 +193,14 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
                 if name in saved_trainers:
                     trainers[name].load_state_dict(saved_trainers[name])
             record = self._step(ctx, trainers[name])
-            self._account(state, ctx, record, elapsed0 + time.perf_counter() - clock)
+            self._account(state, ctx, record, elapsed0 + self.clock() - clock)
             if out is not None:
-                t0 = time.perf_counter()
+                t0 = self.clock()
                 trained = sorted({by_name[s].adapter for s, n in state["steps"].items() if n > 0})
                 save_checkpoint(out / "checkpoints", state["global_step"], backend=backend, adapters=trained,
                                 trainers=trainers, state=state, generator=self.rng,
                                 keep=cfg.keep_checkpoints)  # fmt: skip
-                state["checkpoint_s"] = time.perf_counter() - t0
+                state["checkpoint_s"] = self.clock() - t0
             bar.update(1)
             bar.set_postfix(stage=name, loss=f"{record.get('loss/total', float('nan')):.4f}")
         bar.close()
@@ -220,15 +223,15 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
     def _step(self, ctx: StepContext, trainer: AdapterTrainer) -> dict[str, Any]:
         """One step's four phases, each timed."""
         times = {}
-        t0 = time.perf_counter()
+        t0 = self.clock()
         batch = self.collect(ctx)
-        times["collect"] = time.perf_counter()
+        times["collect"] = self.clock()
         generated = self.generate(ctx, batch)
-        times["generate"] = time.perf_counter()
+        times["generate"] = self.clock()
         samples, metrics = self.score(ctx, generated)
-        times["score"] = time.perf_counter()
+        times["score"] = self.clock()
         metrics = {**metrics, **self.update(ctx, samples, trainer)}
-        times["update"] = time.perf_counter()
+        times["update"] = self.clock()
         record: dict[str, Any] = {"stage": ctx.stage.name, "adapter": ctx.stage.adapter, "step": ctx.step + 1,
                                   "global_step": ctx.global_step + 1}  # fmt: skip
         previous = t0
