@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rolecall.data.types import Document, Example, SubStep
+from rolecall.optimizers.gold.titles import passage_title
 from rolecall.programs.core.demo_source import as_corpus_mapping, filled_steps
 from rolecall.programs.core.gold import Override
 from rolecall.programs.core.plan import to_answer_refs
@@ -196,17 +197,7 @@ class _D2PlanGold:
         return [title, " ".join([title, *words])] if words else [title]
 
     def _title(self, doc_id: str, trajectory: Trajectory) -> str | None:
-        """The title of ``doc_id``: from the corpus, else a retrieval that returned it, else its id's title part."""
-        if self.corpus is not None and doc_id in self.corpus:
-            return self.corpus[doc_id].title
-        for step in trajectory.retrievals():
-            ids, titles = step.outputs.get("passage_ids") or [], step.outputs.get("titles") or []
-            if doc_id in ids and len(titles) == len(ids) and titles[ids.index(doc_id)]:
-                return titles[ids.index(doc_id)]
-        if "::" in doc_id:  # rolecall.data.types.doc_id: "<title>::<hash>"
-            return doc_id.split("::", 1)[0]
-        logger.debug("no title for passage %s", doc_id)
-        return None
+        return passage_title(doc_id, self.corpus, trajectory.retrievals())
 
 
 def _position(trajectory: Trajectory) -> int:

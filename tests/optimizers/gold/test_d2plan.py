@@ -5,15 +5,12 @@ from __future__ import annotations
 import functools
 
 import dspy
-import pytest
 
-from rolecall.data.synthetic import synthetic_world
 from rolecall.data.types import Example
 from rolecall.optimizers.gold.d2plan import d2plan_gold, d2plan_gold_plan
 from rolecall.optimizers.gold.runner import gold_steps, gold_trajectories
 from rolecall.programs.d2plan.program import D2Plan
 from rolecall.retrievers.base import Passage
-from rolecall.retrievers.bm25 import BM25
 from rolecall.signatures.d2plan import (
     Purify,
     ReasonerAnswer,
@@ -33,16 +30,6 @@ SIGNATURES = {
     "purifier": Purify,
 }
 HEJORN = "Which country is the director of the film Hejorn Orbit from?"
-
-
-@pytest.fixture(scope="module")
-def world():
-    return synthetic_world(seed=0)
-
-
-@pytest.fixture(scope="module")
-def bm25(world):
-    return BM25(world.corpus)
 
 
 def example(world, example_id):

@@ -7,26 +7,14 @@ import functools
 import dspy
 import pytest
 
-from rolecall.data.synthetic import synthetic_world
 from rolecall.optimizers.gold import gold_steps, gold_sub_goals, gold_trajectories, opera_gold
 from rolecall.programs.core.gold import gold_path
 from rolecall.programs.opera.program import OPERA
 from rolecall.retrievers.base import Passage
-from rolecall.retrievers.bm25 import BM25
 from rolecall.signatures.opera import AnalyzeAnswer, PlanSubGoals, RewriteQuery, SynthesizeAnswer
 from rolecall.utils import SchemaLM
 
 SIGNATURES = {"plan": PlanSubGoals, "analysis": AnalyzeAnswer, "rewrite": RewriteQuery, "synthesis": SynthesizeAnswer}
-
-
-@pytest.fixture(scope="module")
-def world():
-    return synthetic_world(seed=0)
-
-
-@pytest.fixture(scope="module")
-def bm25(world):
-    return BM25(world.corpus)
 
 
 def example(world, example_id):

@@ -5,16 +5,13 @@ from __future__ import annotations
 import functools
 
 import dspy
-import pytest
 
-from rolecall.data.synthetic import synthetic_world
 from rolecall.data.types import Example, SubStep
 from rolecall.optimizers.gold import gold_steps, gold_trajectories
 from rolecall.optimizers.gold.reap import reap_gold, shown_passages
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.programs.reap.program import REAP
 from rolecall.retrievers.base import Passage
-from rolecall.retrievers.bm25 import BM25
 from rolecall.signatures.reap import DecomposeTaskPlan, ExtractStructuredFact, RepairPlan, SynthesizeFromFacts
 from rolecall.utils import SchemaLM
 
@@ -31,16 +28,6 @@ FAILED = {
     "evidence": "none",
     "reasoning": "No passage is about this.",
 }
-
-
-@pytest.fixture(scope="module")
-def world():
-    return synthetic_world(seed=0)
-
-
-@pytest.fixture(scope="module")
-def bm25(world):
-    return BM25(world.corpus)
 
 
 def example(world, example_id):

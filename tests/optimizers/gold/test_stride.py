@@ -7,24 +7,12 @@ import functools
 import dspy
 import pytest
 
-from rolecall.data.synthetic import synthetic_world
 from rolecall.data.types import Example
 from rolecall.optimizers.gold import gold_steps, gold_trajectories
 from rolecall.optimizers.gold.stride import stride_gold
 from rolecall.programs.core.gold import gold_path
 from rolecall.programs.stride.program import STRIDE
-from rolecall.retrievers.bm25 import BM25
 from rolecall.utils import SchemaLM
-
-
-@pytest.fixture(scope="module")
-def world():
-    return synthetic_world(seed=0)
-
-
-@pytest.fixture(scope="module")
-def bm25(world):
-    return BM25(world.corpus)
 
 
 def example(world, example_id):

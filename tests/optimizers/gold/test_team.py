@@ -8,7 +8,6 @@ import functools
 import dspy
 import pytest
 
-from rolecall.data.synthetic import synthetic_world
 from rolecall.data.types import Document, Example, SubStep, doc_id
 from rolecall.optimizers.gold import gold_steps, gold_trajectories
 from rolecall.optimizers.gold.team import lookup_steps, team_gold
@@ -18,16 +17,6 @@ from rolecall.signatures.team import AnswerFromReports, DelegateOrAnswer, Search
 from rolecall.utils import SchemaLM
 
 SIGNATURES = {"leader": DelegateOrAnswer, "searcher": SearchOrReport, "answerer": AnswerFromReports}
-
-
-@pytest.fixture(scope="module")
-def world():
-    return synthetic_world(seed=0)
-
-
-@pytest.fixture(scope="module")
-def bm25(world):
-    return BM25(world.corpus)
 
 
 def example(world, example_id):
