@@ -190,7 +190,8 @@ class MAPGRPO(dspy.teleprompt.Teleprompter):
         """Sample, parse and score G-1 candidates per input, add c_best, and turn the groups into policy samples."""
         cfg = self.config
         predictor = program.roles[stage]
-        adapter = getattr(program, "adapter", None) or dspy.settings.adapter or dspy.ChatAdapter()
+        role_adapter = getattr(program, "role_adapter", None)
+        adapter = (role_adapter(stage) if role_adapter else None) or dspy.settings.adapter or dspy.ChatAdapter()
         messages = [adapter.format(predictor.signature, _demos(predictor), item.inputs) for item in batch]
         role_kwargs = {
             **getattr(program, "lm_kwargs", {}).get("*", {}),

@@ -30,7 +30,7 @@ from rolecall.programs.core.trajectory import Step, Trajectory
 if TYPE_CHECKING:
     from rolecall.programs.core.program import Program
 
-__all__ = ["Override", "gold_path", "gold_call"]
+__all__ = ["Override", "gold_path", "gold_call", "format_pair"]
 
 Override = Callable[["Program", str, dict[str, Any], Trajectory], "dict[str, Any] | None"]
 """``override(program, role, inputs, trajectory)``: the outputs the role call should have, or None for the LM's."""
@@ -64,12 +64,22 @@ def gold_call(
     missing = sorted(set(signature.output_fields) - set(outputs))
     if missing:
         raise ValueError(f"the gold outputs of role {role!r} lack the fields {missing}")
-    adapter = program.adapter or dspy.settings.adapter or dspy.ChatAdapter()
-    demos = [] if program.runs_demo_free(role) else list(predictor.demos)
     step = Step(kind="role", role=role, inputs=jsonable(inputs), adapter=program.adapter_name(role))
-    step.messages = adapter.format(signature, demos=demos, inputs=inputs)
-    step.completion = adapter.format_assistant_message_content(signature, outputs).rstrip("\n")
+    step.messages, step.completion = format_pair(program, role, inputs, outputs)
     step.outputs = {name: jsonable(outputs[name]) for name in signature.output_fields}
     step.meta["gold"] = True
     trajectory.add(step)
     return dspy.Prediction(**{name: outputs[name] for name in signature.output_fields})
+
+
+def format_pair(
+    program: Program, role: str, inputs: dict[str, Any], outputs: dict[str, Any]
+) -> tuple[list[dict[str, Any]], str]:
+    """``(messages, completion)`` of one call of ``role``: the messages its DSPy adapter sends now (its demos, or none
+    when it runs demo-free; the short trained prompt once its adapter is trained) and ``outputs`` in that adapter's
+    output format."""
+    predictor = program.roles[role]
+    adapter = program.role_adapter(role) or dspy.settings.adapter or dspy.ChatAdapter()
+    demos = [] if program.runs_demo_free(role) else list(predictor.demos)
+    messages = adapter.format(predictor.signature, demos=demos, inputs=inputs)
+    return messages, adapter.format_assistant_message_content(predictor.signature, outputs).rstrip("\n")

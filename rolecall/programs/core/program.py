@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
@@ -38,6 +38,7 @@ from rolecall.programs.core.gold import gold_call
 from rolecall.programs.core.options import ProgramOptions
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.text import format_passages
+from rolecall.programs.core.trained_prompt import TrainedChatAdapter
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.retrievers.base import Passage, Retriever
 
@@ -52,6 +53,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+_TRAINED_ADAPTER = TrainedChatAdapter()  # stateless; shared by every program
 
 P = TypeVar("P", bound="Program")
 
@@ -76,7 +78,9 @@ class Program(dspy.Module):
             :meth:`default_adapter_groups`); every other role has an adapter of its own, named after it. ``{}`` gives
             one adapter per role.
         per_role_adapters: False -> no LoRA adapters: every role calls ``lm`` itself.
-        adapter: a DSPy adapter for the role calls (default: ``dspy.settings.adapter``, i.e. ``ChatAdapter``).
+        adapter: a DSPy adapter for the role calls (default: ``dspy.settings.adapter``, i.e. ``ChatAdapter``; a role
+            whose adapter was trained demo-free gets the short prompt of ``TrainedChatAdapter`` unless
+            ``trained_prompt="full"``).
         lm_kwargs: extra LM call arguments by role (``max_tokens``, ``temperature``, ``stop``, ...); the key ``"*"``
             applies to every role and a role's own entry wins. Default: stop on ``[[ ## completed ## ]]`` and each
             role's ``MAX_TOKENS``.
@@ -100,6 +104,7 @@ class Program(dspy.Module):
         adapter_groups: Mapping[str, Sequence[str]] | None = None,
         per_role_adapters: bool = True,
         adapter: dspy.Adapter | None = None,
+        trained_prompt: Literal["compact", "full"] = "compact",
         lm_kwargs: dict[str, dict[str, Any]] | None = None,
         **options: Any,
     ) -> None:
@@ -111,6 +116,9 @@ class Program(dspy.Module):
         self.lm = lm
         self.per_role_adapters = per_role_adapters
         self.adapter = adapter
+        if trained_prompt not in ("compact", "full"):
+            raise ConfigError(f"trained_prompt must be 'compact' or 'full', got {trained_prompt!r}")
+        self.trained_prompt = trained_prompt
         self.lm_kwargs = default_lm_kwargs(self.MAX_TOKENS) if lm_kwargs is None else copy.deepcopy(lm_kwargs)
         self._role_lms: dict[str, Any] = {}
         self.demo_free_adapters: set[str] = set()
@@ -249,6 +257,15 @@ class Program(dspy.Module):
             return True
         return policy == "until_trained" and self.adapter_name(role) in self.demo_free_adapters
 
+    def role_adapter(self, role: str) -> dspy.Adapter | None:
+        """The DSPy adapter that formats ``role``'s prompts: the program's own, else the short
+        :class:`TrainedChatAdapter` once the role runs demo-free on a trained adapter, else None (DSPy's default)."""
+        if self.adapter is not None:
+            return self.adapter
+        if self.trained_prompt == "compact" and self.adapter_name(role) in self.demo_free_adapters:
+            return _TRAINED_ADAPTER
+        return None
+
     def mark_trained(self, adapter: str, *, demo_free: bool = True) -> list[str]:
         """Record that ``adapter`` was trained; with ``demo_free``, on prompts without demos, so its roles whose
         policy is ``"until_trained"`` drop their demos from now on (and :meth:`save` records it).
@@ -310,8 +327,8 @@ class Program(dspy.Module):
             "callbacks": [*dspy.settings.get("callbacks", []), recorder],
             "usage_tracker": tracker,
         }
-        if self.adapter is not None:
-            overrides["adapter"] = self.adapter
+        if (adapter := self.role_adapter(role)) is not None:
+            overrides["adapter"] = adapter
         start = time.perf_counter()
         prediction: dspy.Prediction | None = None
         try:
@@ -372,6 +389,7 @@ class Program(dspy.Module):
             "lm_kwargs": self.lm_kwargs,
             "adapter_groups": self.adapter_groups,
             "demo_policy": self.demo_policy,
+            "trained_prompt": self.trained_prompt,
         }
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Program:

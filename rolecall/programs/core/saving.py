@@ -118,6 +118,7 @@ def _constructor_args(cls: type[Program], config: dict[str, Any]) -> dict[str, A
         for key in ("per_role_adapters", "lm_kwargs", "adapter_groups", "demo_policy"):
             if key in config:
                 args[key] = config[key]
+        args["trained_prompt"] = config.get("trained_prompt", "full")  # saved before short trained prompts existed
         return args
     params = inspect.signature(cls.__init__).parameters
     option_names = {f for f in getattr(cls.Options, "__dataclass_fields__", {})}

@@ -280,6 +280,43 @@ def test_a_demo_free_role_sends_a_shorter_prompt():
     assert "built-in q" in str(long) and "built-in q" not in str(short)
 
 
+def test_a_trained_role_gets_the_short_prompt_and_parses_the_same_sections(tmp_path):
+    from rolecall.programs.core.trained_prompt import TrainedChatAdapter
+
+    untrained = QA(lm=DummyLM([{"answer": "a"}] * 2), demo_policy="never")
+    trained = QA(lm=DummyLM([{"answer": "Varn"}] * 2))
+    trained.mark_trained("qa")
+    assert untrained.role_adapter("qa") is None and isinstance(trained.role_adapter("qa"), TrainedChatAdapter)
+    full = untrained(question="q").trajectory.steps[0].messages
+    pred = trained(question="q")
+    short = pred.trajectory.steps[0].messages
+    assert pred.answer == "Varn"  # the completion is parsed as ChatAdapter parses it
+    assert [m["role"] for m in short] == ["system", "user"] == [m["role"] for m in full]
+    assert short[0]["content"] == trained.qa.signature.instructions.strip()
+    assert short[1]["content"] == "[[ ## question ## ]]\nq"
+    assert "Your input fields are" in full[0]["content"] and "Respond with" in full[1]["content"]
+    assert len(str(short)) < len(str(full)) / 2
+    assert QA(trained_prompt="full").role_adapter("qa") is None
+    kept = QA(trained_prompt="full")
+    kept.mark_trained("qa")
+    assert kept.role_adapter("qa") is None  # "full": the trained role keeps ChatAdapter's whole prompt
+    with pytest.raises(ConfigError, match="trained_prompt must be 'compact' or 'full', got 'tiny'"):
+        QA(trained_prompt="tiny")
+
+
+def test_the_trained_prompt_setting_survives_save_and_older_saves_load_with_full_prompts(tmp_path):
+    import json
+
+    program = QA(trained_prompt="full")
+    program.mark_trained("qa")
+    program.save(tmp_path / "prog")
+    assert QA.load(tmp_path / "prog").trained_prompt == "full"
+    state = json.loads((tmp_path / "prog" / "program.json").read_text())
+    del state["config"]["trained_prompt"]  # saved before short trained prompts existed: trained on full ones
+    (tmp_path / "prog" / "program.json").write_text(json.dumps(state))
+    assert QA.load(tmp_path / "prog").role_adapter("qa") is None
+
+
 # ---------------------------------------------------------------------------------------------------- adapter groups
 def test_adapter_groups_bind_several_roles_to_one_adapter_and_steps_record_it():
     local = FakeLocal()
