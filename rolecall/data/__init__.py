@@ -15,6 +15,7 @@ from rolecall.data.flashrag import load_flashrag, load_flashrag_corpus, write_fl
 from rolecall.data.hotpotqa import load_hotpotqa
 from rolecall.data.io import Paragraph, split_sentences
 from rolecall.data.musique import load_musique
+from rolecall.data.split import hash_split
 from rolecall.data.synthetic import SyntheticWorld, synthetic_world
 from rolecall.data.twowiki import load_twowiki
 from rolecall.data.types import Document, Example, SubStep, doc_id
@@ -44,4 +45,5 @@ __all__ = [
     "corpus_by_id",
     "save_corpus_jsonl",
     "load_corpus_jsonl",
+    "hash_split",
 ]

@@ -11,7 +11,7 @@ import pytest
 
 from rolecall.data.corpus import build_corpus
 from rolecall.data.twowiki import HOPS_BY_TYPE, load_twowiki
-from rolecall.data.types import Example, doc_id
+from rolecall.data.types import Example, SubStep, doc_id
 from rolecall.errors import DataFormatError
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
@@ -52,10 +52,14 @@ def write_list(path: Path, records: list[Any]) -> Path:
 def test_small_record(tmp_path: Path) -> None:
     (ex,) = load_twowiki(write_list(tmp_path / "d.json", [record()]))
     assert ex.id == "w1" and ex.answers == ["Cork"] and ex.type == "compositional" and ex.hops == 2
-    assert ex.dataset == "2wikimultihopqa" and ex.decomposition is None
+    assert ex.dataset == "2wikimultihopqa"
     assert ex.supporting_ids == [
         doc_id("X", "X was a barrister. His father was Y."),
         doc_id("Y", "Y was buried in Cork."),
+    ]
+    assert ex.decomposition == [
+        SubStep("Who is the father of X?", "Y", [ex.supporting_ids[0]]),
+        SubStep("What is the place of burial of #1?", "Cork", [ex.supporting_ids[1]]),
     ]
     assert ex.metadata["evidences"] == [["X", "father", "Y"], ["Y", "place of burial", "Cork"]]
 
