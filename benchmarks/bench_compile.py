@@ -59,22 +59,38 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _parse_steps(text: str | None) -> int | dict[str, int] | None:
+    """``--max-steps``: ``12`` (every adapter) or ``plan=40,analysis=20`` (per adapter)."""
+    if not text:
+        return None
+    if "=" not in text:
+        return int(text)
+    return {k.strip(): int(v) for k, v in (item.split("=", 1) for item in text.split(",") if item.strip())}
+
+
 def main() -> None:
     parser = bench_parser(__doc__, "bench_compile")
     parser.add_argument("--programs", default="opera", help="comma-separated registry names (default: opera)")
+    parser.add_argument("--methods", default="prompt,sft", help="comma-separated, from prompt, bfs, sft")
     parser.add_argument("--test-questions", type=int, default=200, help="held-out test questions (default 200)")
     parser.add_argument("--train-questions", type=int, default=400, help="training questions (default 400)")
     parser.add_argument("--budget-minutes", type=float, default=15.0, help="SFT wall-clock budget (default 15)")
     parser.add_argument("--epochs", type=float, default=2.0, help="SFT passes over each adapter's samples")
+    parser.add_argument("--max-steps", default=None, help="SFT step cap: N, or adapter=N,adapter=N")
     parser.add_argument("--learning-rate", type=float, default=3e-4, help="SFT AdamW learning rate")
+    parser.add_argument("--bfs-demos", type=int, default=3, help="BootstrapFewShot bootstrapped demos per role")
     parser.add_argument("--threads", type=int, default=16, help="questions evaluated concurrently (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
     parser.add_argument("--runs", type=Path, default=RUNS, help="where evaluation records and programs are written")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if set(methods) - {"prompt", "bfs", "sft"}:
+        parser.error(f"--methods takes prompt, bfs and sft; got {args.methods!r}")
 
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import evaluate
+    from rolecall.evaluation.metrics import exact_match
     from rolecall.lm import LocalLM
     from rolecall.optimizers.sft import SFT
     from rolecall.programs.registry import build_program
@@ -86,32 +102,56 @@ def main() -> None:
     test, train = world.test[: args.test_questions], world.train[: args.train_questions]
     retriever = BM25(world.corpus)
     rows: list[dict[str, Any]] = []
+
+    def record(row: dict[str, Any]) -> None:
+        rows.append(row)
+        print(table([row]), flush=True)
+        out = write_results({"rows": rows, "table": table(rows)}, args)  # after every row: a killed run keeps its rows
+        out.with_suffix(".md").write_text(table(rows))
+
     for name in [p.strip() for p in args.programs.split(",") if p.strip()]:
         lm = LocalLM()  # a fresh base per program: adapters start untrained
-        program = build_program(name, retriever, lm)
-        before = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "prompt_only")
-        rows.append(_row(name, "prompt-only", before.summary, 0.0))
-        print(table(rows[-1:]), flush=True)
-        sft = SFT(
-            epochs=args.epochs,
-            learning_rate=args.learning_rate,
-            time_budget_minutes=args.budget_minutes,
-            num_threads=args.threads,
-            output_dir=str(args.runs / name / "sft"),
-        )
-        started = time.perf_counter()
-        program.compile(optimizer=sft, trainset=train)
-        minutes = (time.perf_counter() - started) / 60
-        program.save(args.runs / name / "sft" / "program")
-        after = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "sft_eval")
-        rows.append(_row(name, "SFT(gold)", after.summary, minutes))
-        rows[-1]["sft_steps"] = {r["adapter"]: r["step"] for r in sft.history}
-        print(table(rows[-1:]), flush=True)
-    results = {"rows": rows, "table": table(rows)}
-    out = write_results(results, args)
-    out.with_suffix(".md").write_text(table(rows))
+        if "prompt" in methods:
+            program = build_program(name, retriever, lm)
+            before = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "prompt_only")
+            record(_row(name, "prompt-only", before.summary, 0.0))
+        if "bfs" in methods:
+            import dspy
+
+            def metric(example: Any, prediction: Any, trace: Any = None) -> bool:
+                return bool(exact_match(str(prediction.answer or ""), list(example.answers)))
+
+            bfs = dspy.teleprompt.BootstrapFewShot(
+                metric=metric, max_bootstrapped_demos=args.bfs_demos, max_labeled_demos=0, max_rounds=1
+            )
+            started = time.perf_counter()
+            program = build_program(name, retriever, lm).compile(optimizer=bfs, trainset=[e.to_dspy() for e in train])
+            minutes = (time.perf_counter() - started) / 60
+            result = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "bfs_eval")
+            record(_row(name, "BootstrapFewShot", result.summary, minutes))
+        if "sft" in methods:
+            program = build_program(name, retriever, lm)
+            sft = SFT(
+                epochs=args.epochs,
+                max_steps=_parse_steps(args.max_steps),
+                learning_rate=args.learning_rate,
+                time_budget_minutes=args.budget_minutes,
+                num_threads=args.threads,
+                output_dir=str(args.runs / name / "sft"),
+            )
+            started = time.perf_counter()
+            program.compile(optimizer=sft, trainset=train)
+            minutes = (time.perf_counter() - started) / 60
+            program.save(args.runs / name / "sft" / "program")
+            after = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "sft_eval")
+            row = _row(name, "SFT(gold)", after.summary, minutes)
+            row["sft_steps"] = {r["adapter"]: r["step"] for r in sft.history}
+            row["sft_step_seconds"] = {
+                a: round(sum(r["time/step"] for r in sft.history if r["adapter"] == a) / n, 1)
+                for a, n in row["sft_steps"].items()
+            }
+            record(row)
     print(table(rows))
-    print(f"results: {out}")
 
 
 if __name__ == "__main__":

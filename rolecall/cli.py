@@ -2,7 +2,7 @@
 
 Subcommands:
 
-* ``rolecall demo``: the main job: prompt-only OPERA, MAPGRPO training, OPERA again (see :mod:`rolecall.demo`).
+* ``rolecall demo``: the main job: prompt-only OPERA, SFT training, OPERA again (see :mod:`rolecall.demo`).
 * ``rolecall compile``: train a program's role adapters (SFT) and save the compiled program.
 * ``rolecall eval``: build a dataset, its closed corpus, a retriever, the local LM and a registered program, evaluate
   the program (:func:`rolecall.evaluation.evaluate`) and print the summary table.
@@ -182,18 +182,19 @@ def _add_eval_parser(sub: Any) -> None:
 def _add_demo_parser(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
-        help="the main job: evaluate prompt-only OPERA, train it with MAPGRPO, evaluate again (embedded model, CPU)",
+        help="the main job: evaluate prompt-only OPERA, train it with SFT, evaluate again (embedded model, CPU)",
         description="Build the synthetic world, evaluate prompt-only OPERA on held-out questions, compile it with\n"
-        "MAPGRPO within a wall-clock budget, evaluate it again and print the before/after table.\n\n"
-        "Writes OUT/before and OUT/after (per-question records with trajectories), OUT/mapgrpo/train_log.jsonl\n"
-        "and checkpoints, OUT/program (the trained program), OUT/table.md, OUT/results.json and\n"
-        "OUT/training_curve.png.\n\n"
+        "SFT on gold-path targets within a wall-clock budget (the trained roles run without demos), evaluate it\n"
+        "again and print the before/after table.\n\n"
+        "Writes OUT/before and OUT/after (per-question records with trajectories), OUT/sft (metrics.jsonl,\n"
+        "checkpoints, loss.png), OUT/program (the trained program), OUT/table.md and OUT/results.json.\n\n"
         "Example:\n  rolecall demo --eval-questions 16 --budget-minutes 5",
         formatter_class=_HelpFormatter,
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic world and of training (default 0)")
     p.add_argument("--eval-questions", type=int, default=32, help="held-out test questions (default 32)")
-    p.add_argument("--budget-minutes", type=float, default=20.0, help="MAPGRPO wall-clock budget (default 20)")
+    p.add_argument("--optimizer", default="sft", choices=("sft", "mapgrpo"), help="the compile (default: sft)")
+    p.add_argument("--budget-minutes", type=float, default=12.0, help="training wall-clock budget (default 12)")
     p.add_argument("--group-size", type=int, default=4, help="MAPGRPO group size G, c_best included (default 4)")
     p.add_argument("--threads", type=int, default=16, help="concurrent questions; LM calls batch (default 16)")
     p.add_argument("--model", default=None, help="LM name or local path (default: embedded SmolLM2-135M-Instruct)")
@@ -224,9 +225,15 @@ def _add_compile_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default: %(default)s)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="train on the first N training questions")
     p.add_argument("--epochs", type=float, default=2.0, help="passes over each adapter's samples (default: 2)")
-    p.add_argument("--max-steps", type=int, default=None, metavar="N", help="at most N optimizer steps per adapter")
+    p.add_argument(
+        "--max-steps",
+        default=None,
+        metavar="N|A=N,...",
+        help="at most N optimizer steps per adapter, or per named adapter (plan=60,analysis=25)",
+    )
     p.add_argument("--learning-rate", type=float, default=3e-4, help="AdamW learning rate (default: 3e-4)")
     p.add_argument("--budget-minutes", type=float, default=None, help="stop training after this much wall time")
+    p.add_argument("--resume", action="store_true", help="continue a killed compile from its checkpoint in OUT")
     p.add_argument("--k", type=int, default=5, help="the program's top_k and the retriever's default k (default: 5)")
     p.add_argument("--threads", type=int, default=8, help="questions collected concurrently (default: 8)")
     p.add_argument("--model", default=None, help="LM name or local path (default: embedded SmolLM2-135M-Instruct)")
@@ -383,7 +390,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     options = parse_program_options(args.program, args.option)
     optimizer = SFT(  # options checked before the model loads
         epochs=args.epochs,
-        max_steps=args.max_steps,
+        max_steps=_max_steps(args.max_steps),
+        resume=args.resume,
         learning_rate=args.learning_rate,
         time_budget_minutes=args.budget_minutes,
         num_threads=args.threads,
@@ -408,8 +416,21 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _max_steps(text: str | None) -> int | dict[str, int] | None:
+    """``--max-steps``: ``N`` or ``adapter=N,adapter=N``."""
+    if text is None:
+        return None
+    try:
+        if "=" not in text:
+            return int(text)
+        return {k.strip(): int(v) for k, v in (item.split("=", 1) for item in text.split(",") if item.strip())}
+    except ValueError:
+        example = "plan=60,analysis=25"
+        raise ConfigError(f"--max-steps takes N or adapter=N,adapter=N (e.g. {example}); got {text!r}") from None
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
-    """``rolecall demo``: prompt-only OPERA -> MAPGRPO -> OPERA, with the before/after table."""
+    """``rolecall demo``: prompt-only OPERA -> SFT (or MAPGRPO) -> OPERA, with the before/after table."""
     from rolecall.demo import DemoConfig, run_demo
 
     if args.eval_questions < 1 or args.budget_minutes <= 0 or args.threads < 1:
@@ -417,6 +438,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     config = DemoConfig(
         seed=args.seed,
         eval_questions=args.eval_questions,
+        optimizer=args.optimizer,
         budget_minutes=args.budget_minutes,
         group_size=args.group_size,
         threads=args.threads,
@@ -426,14 +448,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     )
     print(
         f"rolecall demo: OPERA on the synthetic world, {config.eval_questions} held-out questions, "
-        f"MAPGRPO budget {config.budget_minutes:g} min"
+        f"{config.optimizer.upper()} budget {config.budget_minutes:g} min"
     )
     results = run_demo(config)
     print()
     print(results["table"])
     print(f"\ntraining: {results['train_seconds'] / 60:.1f} min; run directory: {results['run_dir']}")
     if results["training_curve"]:
-        print(f"training curve: {results['training_curve']}")
+        print(f"{'loss' if config.optimizer == 'sft' else 'training'} curve: {results['training_curve']}")
     return 0
 
 

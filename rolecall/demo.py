@@ -1,10 +1,11 @@
-"""The main job (``rolecall demo`` / ``make demo``): prompt-only OPERA -> MAPGRPO -> OPERA again, on the embedded model.
+"""The main job (``rolecall demo`` / ``make demo``): prompt-only OPERA -> SFT -> OPERA again, on the embedded model.
 
-Builds the synthetic world, evaluates prompt-only OPERA on held-out test questions, compiles it with MAPGRPO within a
-wall-clock budget, evaluates the trained program on the same questions and writes everything to ``runs/<timestamp>/``:
-``before/`` and ``after/`` (per-question records with trajectories, summaries), ``mapgrpo/train_log.jsonl`` and
-checkpoints, ``program/`` (the trained program: demos and one LoRA adapter per role), ``table.md``, ``results.json`` and
-``training_curve.png`` (reward per step, one panel per stage).
+Builds the synthetic world, evaluates prompt-only OPERA (built-in demos) on held-out test questions, compiles it with
+SFT on gold-path targets within a wall-clock budget (each role's adapter trained demo-free), evaluates the trained,
+demo-free program on the same questions and writes everything to ``runs/<timestamp>/``: ``before/`` and ``after/``
+(per-question records with trajectories, summaries), ``sft/`` (samples, ``metrics.jsonl``, checkpoints, ``loss.png``:
+the loss curve per adapter), ``program/`` (the trained program), ``table.md`` and ``results.json``.
+``optimizer="mapgrpo"`` runs the MAPGRPO compile instead (``mapgrpo/train_log.jsonl``, ``training_curve.png``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ TABLE_METRICS = (
     ("retrieval_recall", "gold-passage recall"),
     ("steps", "steps / question"),
     ("lm_calls", "LM calls / question"),
+    ("prompt_tokens_per_call", "prompt tokens / LM call"),
     ("latency_s", "latency s / question"),
 )
 
@@ -40,8 +42,14 @@ class DemoConfig:
     """Seed of the synthetic world and of training."""
     eval_questions: int = 32
     """Held-out test questions evaluated before and after training."""
-    budget_minutes: float = 20.0
-    """Wall-clock budget of the MAPGRPO compile."""
+    optimizer: str = "sft"
+    """``sft`` (gold-path SFT) or ``mapgrpo``."""
+    train_questions: int = 400
+    """Training questions SFT collects its gold-path samples from."""
+    budget_minutes: float = 12.0
+    """Wall-clock budget of the training loop."""
+    max_steps: dict[str, int] | None = None
+    """SFT optimizer steps per adapter (default :data:`SFT_STEPS`)."""
     group_size: int = 4
     """G of MAPGRPO (including c_best)."""
     threads: int = 16
@@ -54,14 +62,22 @@ class DemoConfig:
     """Progress bars."""
 
 
+SFT_STEPS: dict[str, int] = {"plan": 60, "analysis": 25, "synthesis": 20, "rewrite": 6}
+"""The demo's SFT steps per OPERA adapter (8 samples a step): the plan format needs the most steps, the analysis
+samples (passages in the prompt) cost the most per step."""
+
+
 def _summary_dict(result: Any) -> dict[str, Any]:
     summary = result.summary
-    return summary.to_dict() if hasattr(summary, "to_dict") else dict(summary)
+    out = summary.to_dict() if hasattr(summary, "to_dict") else dict(summary)
+    if out.get("lm_calls"):
+        out["prompt_tokens_per_call"] = out.get("prompt_tokens", 0.0) / out["lm_calls"]
+    return out
 
 
-def comparison_table(before: dict[str, Any], after: dict[str, Any]) -> str:
-    """A markdown table of the headline metrics before and after training."""
-    lines = ["| metric | prompt-only OPERA | MAPGRPO OPERA | change |", "|---|---:|---:|---:|"]
+def comparison_table(before: dict[str, Any], after: dict[str, Any], method: str = "SFT") -> str:
+    """A markdown table of the headline metrics before and after training with ``method``."""
+    lines = [f"| metric | prompt-only OPERA | {method} OPERA | change |", "|---|---:|---:|---:|"]
     for key, label in TABLE_METRICS:
         if before.get(key) is None or after.get(key) is None:
             continue
@@ -121,6 +137,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     from rolecall.evaluation import evaluate
     from rolecall.lm import DEFAULT_LM, LocalLM
     from rolecall.optimizers import MAPGRPO, MAPGRPOConfig
+    from rolecall.optimizers.sft import SFT
     from rolecall.programs import OPERA
     from rolecall.retrievers.bm25 import BM25
 
@@ -136,27 +153,46 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
             program, held_out, num_threads=config.threads, output_dir=out / "before", show_progress=config.show_progress
         )
         train_start = time.perf_counter()
-        optimizer = MAPGRPO(
-            MAPGRPOConfig(
-                group_size=config.group_size,
-                time_budget_s=config.budget_minutes * 60.0,
-                expert_gradient=True,
-                output_dir=out / "mapgrpo",
+        if config.optimizer == "sft":
+            optimizer: Any = SFT(
+                epochs=20.0,  # the steps come from max_steps
+                max_steps=dict(config.max_steps or SFT_STEPS),
+                time_budget_minutes=config.budget_minutes,
+                output_dir=str(out / "sft"),
                 seed=config.seed,
                 num_threads=config.threads,
                 show_progress=config.show_progress,
             )
-        )
-        program = program.compile(optimizer=optimizer, trainset=world.train)
+            trainset = world.train[: config.train_questions]
+        else:
+            optimizer = MAPGRPO(
+                MAPGRPOConfig(
+                    group_size=config.group_size,
+                    time_budget_s=config.budget_minutes * 60.0,
+                    expert_gradient=True,
+                    output_dir=out / "mapgrpo",
+                    seed=config.seed,
+                    num_threads=config.threads,
+                    show_progress=config.show_progress,
+                )
+            )
+            trainset = world.train
+        program = program.compile(optimizer=optimizer, trainset=trainset)
         train_seconds = time.perf_counter() - train_start
         after = evaluate(
             program, held_out, num_threads=config.threads, output_dir=out / "after", show_progress=config.show_progress
         )
     program.save(out / "program")
     b, a = _summary_dict(before), _summary_dict(after)
-    table = comparison_table(b, a)
+    method = "SFT" if config.optimizer == "sft" else "MAPGRPO"
+    table = comparison_table(b, a, method)
     (out / "table.md").write_text(table + "\n", encoding="utf-8")
-    plotted = plot_training_curve(out / "mapgrpo" / "train_log.jsonl", out / "training_curve.png")
+    if config.optimizer == "sft":
+        curve = out / "sft" / "loss.png"
+        plotted = curve.is_file()
+    else:
+        curve = out / "training_curve.png"
+        plotted = plot_training_curve(out / "mapgrpo" / "train_log.jsonl", curve)
     results = {
         "run_dir": str(out),
         "questions": len(held_out),
@@ -165,7 +201,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         "train_seconds": train_seconds,
         "total_seconds": time.perf_counter() - started,
         "train_log": [dict(r) for r in optimizer.history],
-        "training_curve": str(out / "training_curve.png") if plotted else None,
+        "training_curve": str(curve) if plotted else None,
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(config).items()},
     }
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")

@@ -2,5 +2,6 @@
 
 from rolecall.optimizers.mapgrpo import MAPGRPO
 from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
+from rolecall.optimizers.sft import SFT, SFTConfig
 
-__all__ = ["MAPGRPO", "MAPGRPOConfig"]
+__all__ = ["MAPGRPO", "MAPGRPOConfig", "SFT", "SFTConfig"]

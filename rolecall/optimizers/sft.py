@@ -12,11 +12,10 @@ their demos (the demo policy ``"until_trained"``).
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import logging
-import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,23 +27,28 @@ from tqdm.auto import tqdm
 from rolecall.data.types import Example
 from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match
+from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
-from rolecall.optimizers.core.trainer import AdapterTrainer
-from rolecall.optimizers.gold import d2plan_gold, opera_gold, reap_gold, stride_gold, team_gold
+from rolecall.optimizers.core.stage import Stage, StepContext
+from rolecall.optimizers.gold import d2plan_gold, direct_gold, opera_gold, reap_gold, stride_gold, team_gold
 from rolecall.optimizers.gold.runner import gold_trajectories
+from rolecall.programs.baselines.direct import NoRetrievalCoT, SingleStepRAG
 from rolecall.programs.core.calls import is_local_lm
+from rolecall.programs.core.demos import check_adapter_groups
+from rolecall.programs.core.gold import format_pair
 from rolecall.programs.core.options import ProgramOptions, option
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.program import Program
+from rolecall.programs.core.trajectory import Trajectory
 from rolecall.programs.d2plan.program import D2Plan
 from rolecall.programs.opera.program import OPERA
 from rolecall.programs.reap.program import REAP
 from rolecall.programs.stride.program import STRIDE
 from rolecall.programs.team.program import CascadedTeam, HierarchicalTeam
 
-__all__ = ["SFT", "SFTConfig", "GOLD_BUILDERS"]
+__all__ = ["SFT", "SFTConfig", "GOLD_BUILDERS", "rerender"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +59,8 @@ GOLD_BUILDERS: dict[type, Callable[..., Any]] = {
     HierarchicalTeam: team_gold,
     D2Plan: d2plan_gold,
     STRIDE: stride_gold,
+    SingleStepRAG: direct_gold,
+    NoRetrievalCoT: direct_gold,
 }
 """Program class -> its gold-path override builder ``builder(example, corpus=None) -> override``."""
 
@@ -64,11 +70,13 @@ class SFTConfig(ProgramOptions):
     """Settings of :class:`SFT` (validated on construction)."""
 
     source: Literal["gold", "self"] = "gold"
-    """``gold``: targets from the gold decomposition; ``self``: the program's own trajectories that pass the metric."""
+    """``gold``: targets from the gold decomposition; ``self``: the program's own (or a teacher's) trajectories that
+    pass the metric (rejection sampling)."""
     epochs: float = option(2.0, low=0.01)
     """Passes over each adapter's samples (fractions allowed)."""
-    max_steps: int | None = None
-    """At most this many optimizer steps per adapter (None: as many as ``epochs`` take)."""
+    max_steps: int | dict[str, int] | None = None
+    """At most this many optimizer steps per adapter, or a mapping adapter -> its cap (adapters not in it are
+    uncapped); None: as many as ``epochs`` take."""
     learning_rate: float = option(3e-4, low=1e-7, high=1.0)
     """AdamW learning rate (LoRA r=16 on a 135M model: 3e-4)."""
     micro_batch_size: int = option(4, low=1)
@@ -77,6 +85,9 @@ class SFTConfig(ProgramOptions):
     """Micro-batches per optimizer step (8 samples a step by default)."""
     roles: tuple[str, ...] | None = None
     """Train only these roles' adapters (None: every role that has samples)."""
+    multitask: bool = False
+    """Merge every trained role into one adapter named ``multitask`` (REAP's multi-task SFT): the program's roles are
+    rebound to it before collection."""
     demo_free: bool = True
     """Train on prompts without demos, so the compiled roles run without them."""
     tries: int = option(2, low=1)
@@ -88,91 +99,174 @@ class SFTConfig(ProgramOptions):
     num_threads: int = option(8, low=1)
     """Questions collected concurrently (their LM calls share batches)."""
     time_budget_minutes: float | None = None
-    """Stop training when this much wall time has passed since compile started (None: no limit)."""
+    """Wall-clock minutes of the training loop (collection excluded; None: no limit)."""
     seed: int = 0
-    """Shuffling of the samples."""
+    """Shuffling of the samples and the seeds of a fresh start."""
     output_dir: str | None = None
-    """Where ``metrics.jsonl`` and ``loss.png`` are written (None: nowhere)."""
+    """Where ``samples.jsonl``, ``metrics.jsonl``, checkpoints, ``loss.png`` and the adapters go (None: nowhere)."""
+    resume: bool = False
+    """Continue a killed run from the last checkpoint in ``output_dir`` (its collected samples are reused)."""
     show_progress: bool = True
     """tqdm bars for collection and training."""
 
 
-class SFT(dspy.teleprompt.Teleprompter):
+class SFT(WeightOptimizer):
     """Supervised fine-tuning of a rolecall program's role adapters (see the module docstring).
+
+    One stage per adapter (or adapter group), interleaved so a time budget that runs out stops every adapter at the
+    same fraction of its steps; checkpoints, resume and ``metrics.jsonl`` come from :class:`WeightOptimizer`.
 
     Args:
         config: the settings; keyword arguments build one instead (``SFT(epochs=3)``).
         metric: ``metric(example, prediction) -> float`` for ``source="self"`` (default: exact match).
+        teacher: ``source="self"`` with a teacher: every role runs on this ``dspy.LM`` during collection (with its
+            demos), and the student's adapters learn the teacher's accepted outputs.
 
     Example:
         >>> program = OPERA(retriever, lm=LocalLM())                                        # doctest: +SKIP
         >>> compiled = program.compile(optimizer=SFT(epochs=2), trainset=world.train)       # doctest: +SKIP
     """
 
-    def __init__(self, config: SFTConfig | None = None, *, metric: Callable[..., float] | None = None, **kw: Any):
-        super().__init__()
-        self.config = config if config is not None else SFTConfig.from_kwargs("SFT", kw)
+    def __init__(
+        self,
+        config: SFTConfig | None = None,
+        *,
+        metric: Callable[..., float] | None = None,
+        teacher: dspy.LM | None = None,
+        **kw: Any,
+    ):
+        self.sft_config = config if config is not None else SFTConfig.from_kwargs("SFT", kw)
+        cfg = self.sft_config
+        super().__init__(
+            WeightOptimizerConfig(
+                output_dir=cfg.output_dir,
+                time_budget_s=None if cfg.time_budget_minutes is None else 60 * cfg.time_budget_minutes,
+                schedule="interleaved",
+                resume=cfg.resume,
+                seed=cfg.seed,
+                show_progress=cfg.show_progress,
+            )
+        )
+        if teacher is not None and cfg.source != "self":
+            raise ConfigError("SFT(teacher=...) samples the teacher's trajectories: pass source='self' with it")
         self.metric = metric or _exact_match
-        self.history: list[dict[str, Any]] = []
+        self.teacher = teacher
+        self.samples: dict[str, list[TrainingSample]] = {}
 
-    def compile(self, student: Program, *, trainset: Sequence[Any], valset: Sequence[Any] | None = None, **_: Any):
-        """Train ``student``'s adapters in place on ``trainset`` (rolecall ``Example`` s) and return it.
+    def trainer_config(self) -> TrainerConfig:
+        """The completion-only NLL trainer every stage uses."""
+        cfg = self.sft_config
+        return TrainerConfig(
+            loss="nll",
+            learning_rate=cfg.learning_rate,
+            micro_batch_size=cfg.micro_batch_size,
+            gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        )
+
+    # ------------------------------------------------------------------ the weight-optimizer contract
+    def stages(self, student: Program, trainset: Sequence[Any]) -> list[Stage]:
+        """Collect the samples (before a resume restores any adapter, so a resumed run sees the same ones) and plan
+        one stage per adapter: ``epochs * samples / samples_per_step`` steps, at most ``max_steps``.
 
         Raises:
-            ConfigError: the program is not on a ``LocalLM``, has no gold builder (``source="gold"``), or no sample
-                was collected.
+            ConfigError: the program is not on a ``LocalLM``, has no gold builder (``source="gold"``), the trainset
+                holds no rolecall ``Example``, or no sample was collected.
         """
-        cfg = self.config
-        lm = student.lm
-        if not is_local_lm(lm) or not student.per_role_adapters:
+        cfg = self.sft_config
+        if not is_local_lm(student.lm) or not student.per_role_adapters:
             raise ConfigError("SFT trains LoRA adapters: build the program with lm=LocalLM() and per_role_adapters")
         examples = [e for e in trainset if isinstance(e, Example)]
         if len(examples) != len(trainset) or not examples:
             raise ConfigError("SFT needs a non-empty trainset of rolecall.data.Example (with gold decompositions)")
-        started = time.perf_counter()
+        if cfg.multitask:
+            trained_roles = [r for r in student.roles if cfg.roles is None or r in cfg.roles]
+            student.adapter_groups = check_adapter_groups({"multitask": trained_roles}, list(student.roles))
+            student.bind_role_adapters(student.lm)
         adapters = {a: r for a, r in student.adapter_roles().items() if cfg.roles is None or set(r) & set(cfg.roles)}
-        if cfg.demo_free:
+        self.samples = self._load_samples() if cfg.resume else {}
+        if not self.samples:
+            self.samples = self._collect_samples(student, examples, set(adapters))
+            self._save_samples()
+        elif cfg.demo_free:
             for adapter in adapters:
-                student.mark_trained(adapter)  # collect on the demo-free prompts the trained roles will see
-        trajectories = self._collect(student, examples)
+                student.mark_trained(adapter)
+        if not self.samples:
+            raise ConfigError(
+                f"SFT collected no training sample from {cfg.source!r} targets; check the trainset's gold "
+                "decompositions and the roles option"
+            )
+        logger.info("SFT samples per adapter: %s", {a: len(s) for a, s in self.samples.items()})
+        trainer = self.trainer_config()
+        stages = []
+        for adapter, samples in self.samples.items():
+            steps = max(1, round(cfg.epochs * len(samples) / trainer.samples_per_step))
+            cap = cfg.max_steps.get(adapter) if isinstance(cfg.max_steps, dict) else cfg.max_steps
+            steps = min(steps, cap) if cap is not None else steps
+            stages.append(Stage(name=adapter, adapter=adapter, steps=steps, trainer=trainer,
+                                roles=tuple(adapters[adapter])))  # fmt: skip
+        return stages
+
+    def collect(self, ctx: StepContext) -> list[TrainingSample]:
+        """The next ``samples_per_step`` samples of the stage's adapter (reshuffled each epoch)."""
+        return ctx.take(self.samples[ctx.stage.adapter], ctx.stage.trainer.samples_per_step)
+
+    def compile(self, student: Program, *, trainset: Sequence[Any], valset: Sequence[Any] | None = None, **kw: Any):
+        """Train ``student``'s adapters in place on ``trainset`` (rolecall ``Example`` s) and return it; with an
+        ``output_dir``, also write ``sft_config.json`` and the loss curve ``loss.png``."""
+        super().compile(student, trainset=trainset, valset=valset, **kw)
+        if self.sft_config.output_dir is not None:
+            out = Path(self.sft_config.output_dir)
+            (out / "sft_config.json").write_text(json.dumps(asdict(self.sft_config), indent=2))
+            if self.history:
+                plot_loss(self.history, out / "loss.png")
+        return student
+
+    # ------------------------------------------------------------------ collection
+    def _collect_samples(self, program: Program, examples: list[Example], adapters: set[str]) -> dict[str, list]:
+        cfg = self.sft_config
+        lm = program.lm
+        if cfg.source == "gold":
+            if cfg.demo_free:
+                for adapter in adapters:
+                    program.mark_trained(adapter)  # collect on the demo-free prompts the trained roles will see
+            trajectories = self._gold_trajectories(program, examples)
+        else:
+            trajectories = self._self_trajectories(program, examples)  # with demos: the untrained roles need them
+            if cfg.demo_free:
+                for adapter in adapters:
+                    program.mark_trained(adapter)
+            trajectories = [rerender(program, t) for t in trajectories]  # the prompts the trained roles will see
         samples: dict[str, list[TrainingSample]] = {}
         for trajectory in trajectories:
             for sample in samples_from_trajectory(trajectory, lm, roles=cfg.roles):
                 if sample.adapter in adapters:
                     samples.setdefault(sample.adapter, []).append(sample)
-        if not samples:
-            raise ConfigError("SFT collected no training sample; check the trainset's gold decompositions")
-        logger.info("SFT: %s", {a: len(s) for a, s in samples.items()})
-        self._train(lm, samples, started)
-        self._write(started)
-        return student
+        return samples
 
-    # ------------------------------------------------------------------ collection
-    def _collect(self, program: Program, examples: list[Example]) -> list[Any]:
-        cfg = self.config
-        if cfg.source == "gold":
-            builder = GOLD_BUILDERS.get(type(program))
-            if builder is None:
-                names = ", ".join(sorted(c.__name__ for c in GOLD_BUILDERS))
-                raise ConfigError(
-                    f"SFT(source='gold') has gold-path builders for {names}, not {type(program).__name__}"
-                )
-            corpus = getattr(program.retriever, "docs", None)  # titles and key sentences for the gold queries
-            runs = gold_trajectories(
-                program,
-                examples,
-                override_for=functools.partial(builder, corpus=corpus),
-                num_threads=cfg.num_threads,
-                show_progress=cfg.show_progress,
-            )
-            return [pred.trajectory for _, pred in runs]
-        return self._self_trajectories(program, examples)
+    def _gold_trajectories(self, program: Program, examples: list[Example]) -> list[Any]:
+        builder = GOLD_BUILDERS.get(type(program))
+        if builder is None:
+            names = ", ".join(sorted(c.__name__ for c in GOLD_BUILDERS))
+            raise ConfigError(f"SFT(source='gold') has gold-path builders for {names}, not {type(program).__name__}")
+        corpus = getattr(program.retriever, "docs", None)  # titles and key sentences for the gold queries
+        runs = gold_trajectories(
+            program,
+            examples,
+            override_for=functools.partial(builder, corpus=corpus),
+            num_threads=self.sft_config.num_threads,
+            show_progress=self.sft_config.show_progress,
+        )
+        return [pred.trajectory for _, pred in runs]
 
     def _self_trajectories(self, program: Program, examples: list[Example]) -> list[Any]:
-        cfg = self.config
+        cfg = self.sft_config
         jobs = [e for e in examples for _ in range(cfg.tries)]
         saved = program.lm_kwargs.get("*", {}).copy()
         program.lm_kwargs["*"] = {**saved, "temperature": cfg.temperature}
+        bound = {role: p.lm for role, p in program.roles.items()}
+        if self.teacher is not None:
+            for predictor in program.roles.values():
+                predictor.lm = self.teacher
         try:
             bar = tqdm(total=len(jobs), desc="SFT collect", disable=not cfg.show_progress)
 
@@ -185,62 +279,53 @@ class SFT(dspy.teleprompt.Teleprompter):
             bar.close()
         finally:
             program.lm_kwargs["*"] = saved
+            for role, lm in bound.items():
+                program.roles[role].lm = lm
         logger.info("SFT(self): kept %d of %d runs", len(kept), len(jobs))
+        if not kept:  # before any role is marked trained: the program is left as it was
+            raise ConfigError(
+                f"SFT collected no training sample; no run reached threshold={cfg.threshold}: lower it, add tries, "
+                "or pass a teacher"
+            )
         return kept
 
-    # ------------------------------------------------------------------ training
-    def _train(self, lm: Any, samples: dict[str, list[TrainingSample]], started: float) -> None:
-        """Round-robin over the adapters, one optimizer step each in turn, so a time budget that runs out stops
-        every adapter at a similar point instead of starving the last one."""
-        cfg = self.config
-        trainer_config = TrainerConfig(
-            loss="nll",
-            learning_rate=cfg.learning_rate,
-            micro_batch_size=cfg.micro_batch_size,
-            gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        )
-        per_step = trainer_config.samples_per_step
-        plans = {}
-        for adapter, adapter_samples in samples.items():
-            total = max(1, round(cfg.epochs * len(adapter_samples) / per_step))
-            plans[adapter] = min(total, cfg.max_steps) if cfg.max_steps is not None else total
-        trainers = {a: AdapterTrainer(lm, a, trainer_config) for a in samples}
-        queues: dict[str, list[TrainingSample]] = {a: [] for a in samples}
-        rng = random.Random(cfg.seed)
-        bar = tqdm(total=sum(plans.values()), desc="SFT", disable=not cfg.show_progress)
-        for step in range(max(plans.values())):
-            for adapter, total in plans.items():
-                if step >= total:
-                    continue
-                if cfg.time_budget_minutes is not None and time.perf_counter() - started > 60 * cfg.time_budget_minutes:
-                    logger.warning("SFT: time budget spent after %d rounds of %s steps", step, plans)
-                    bar.close()
-                    return
-                if len(queues[adapter]) < per_step:
-                    fresh = list(samples[adapter])
-                    rng.shuffle(fresh)
-                    queues[adapter] += fresh
-                batch, queues[adapter] = queues[adapter][:per_step], queues[adapter][per_step:]
-                t0 = time.perf_counter()
-                metrics = trainers[adapter].step(batch)
-                self.history.append(
-                    {"adapter": adapter, "step": step + 1, "seconds": time.perf_counter() - t0, **metrics}
-                )
-                bar.update(1)
-                bar.set_postfix(adapter=adapter, loss=f"{metrics.get('loss/total', float('nan')):.3f}")
-        bar.close()
+    def _samples_path(self) -> Path | None:
+        return Path(self.sft_config.output_dir) / "samples.jsonl" if self.sft_config.output_dir else None
 
-    def _write(self, started: float) -> None:
-        if self.config.output_dir is None:
+    def _save_samples(self) -> None:
+        if (path := self._samples_path()) is None:
             return
-        out = Path(self.config.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        with (out / "metrics.jsonl").open("w") as f:
-            for record in self.history:
-                f.write(json.dumps(record) + "\n")
-        (out / "sft_config.json").write_text(json.dumps(asdict(self.config), indent=2))
-        plot_loss(self.history, out / "loss.png")
-        logger.info("SFT: %.1f min; metrics in %s", (time.perf_counter() - started) / 60, out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w") as f:
+            for samples in self.samples.values():
+                for sample in samples:
+                    f.write(json.dumps(asdict(sample)) + "\n")
+
+    def _load_samples(self) -> dict[str, list[TrainingSample]]:
+        path = self._samples_path()
+        if path is None or not path.exists():
+            return {}
+        out: dict[str, list[TrainingSample]] = {}
+        for line in path.read_text().splitlines():
+            sample = TrainingSample(**json.loads(line))
+            out.setdefault(sample.adapter, []).append(sample)
+        logger.info("SFT: resumed with the %d samples collected in %s", sum(map(len, out.values())), path)
+        return out
+
+
+def rerender(program: Program, trajectory: Trajectory) -> Trajectory:
+    """A copy of ``trajectory`` whose successful role steps carry the messages and completion the roles would get now
+    (demo-free, short trained prompts), rebuilt from each step's inputs and parsed outputs."""
+    steps = []
+    for step in trajectory.steps:
+        if step.kind == "role" and step.ok and step.role in program.roles and step.outputs is not None:
+            step = copy.copy(step)
+            step.messages, step.completion = format_pair(program, step.role, dict(step.inputs), dict(step.outputs))
+            step.adapter = program.adapter_name(step.role)
+        steps.append(step)
+    out = copy.copy(trajectory)
+    out.steps = steps
+    return out
 
 
 def plot_loss(history: Sequence[dict[str, Any]], path: Path) -> None:

@@ -11,7 +11,7 @@ from rolecall.data.synthetic import synthetic_world
 from rolecall.errors import ConfigError
 from rolecall.lm import LocalLM
 from rolecall.optimizers.sft import SFT
-from rolecall.programs import OPERA, REAP, SingleStepRAG
+from rolecall.programs import OPERA, REAP, IRCoT, SingleStepRAG
 from rolecall.retrievers.bm25 import BM25
 
 
@@ -73,10 +73,99 @@ def test_errors_name_the_fix(world, lm):
         SFT(lr=1e-3)
     with pytest.raises(
         ConfigError,
-        match="gold-path builders for CascadedTeam, D2Plan, HierarchicalTeam, OPERA, REAP, STRIDE, not SingleStepRAG",
+        match="gold-path builders for CascadedTeam, D2Plan, HierarchicalTeam, NoRetrievalCoT, OPERA, REAP, "
+        "STRIDE, SingleStepRAG, not IRCoT",
     ):
-        SingleStepRAG(BM25(world.corpus), lm=lm).compile(optimizer=SFT(show_progress=False), trainset=world.train)
+        IRCoT(BM25(world.corpus), lm=lm).compile(optimizer=SFT(show_progress=False), trainset=world.train)
     with pytest.raises(ConfigError, match="rolecall.data.Example"):
         OPERA(BM25(world.corpus), lm=lm).compile(optimizer=SFT(), trainset=[e.to_dspy() for e in world.train])
     with pytest.raises(ConfigError, match="lm=LocalLM"):
         OPERA(BM25(world.corpus)).compile(optimizer=SFT(), trainset=world.train)
+
+
+def _fresh_lm(smollm_tokenizer) -> LocalLM:
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("rolecall_tests_conftest", Path(__file__).parents[1] / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    return LocalLM(conftest.make_tiny_llama(smollm_tokenizer, seed=0), tokenizer=smollm_tokenizer, max_tokens=4)
+
+
+def test_an_interrupted_sft_resumes_from_its_checkpoint_and_samples_to_the_uninterrupted_adapters(
+    world, smollm_tokenizer, tmp_path, monkeypatch
+):
+    def run(out, *, resume=False, lm=None):
+        lm = lm or _fresh_lm(smollm_tokenizer)
+        program = OPERA(BM25(world.corpus), lm=lm)
+        sft = SFT(epochs=1, max_steps=2, roles=("plan", "synthesis"), learning_rate=1e-2, micro_batch_size=2,
+                  gradient_accumulation_steps=1, output_dir=str(out), resume=resume, show_progress=False)  # fmt: skip
+        program.compile(optimizer=sft, trainset=world.train)
+        return program, sft
+
+    full, _ = run(tmp_path / "full")
+    original_update = SFT.update
+    calls = []
+
+    def dies_on_the_third_step(self, ctx, samples, trainer):
+        calls.append(ctx.global_step)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("killed")
+        return original_update(self, ctx, samples, trainer)
+
+    monkeypatch.setattr(SFT, "update", dies_on_the_third_step)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "killed")
+    monkeypatch.setattr(SFT, "update", original_update)
+    assert (tmp_path / "killed" / "samples.jsonl").exists() and not (tmp_path / "killed" / "summary.json").exists()
+    resumed, sft = run(tmp_path / "killed", resume=True)
+    assert [r["global_step"] for r in sft.history] == [3, 4]  # only the steps the killed run had not done
+    assert resumed.demo_free_adapters == full.demo_free_adapters == {"plan", "synthesis"}
+    for adapter in ("plan", "synthesis"):
+        expected, got = lora(full.lm, adapter), lora(resumed.lm, adapter)
+        assert expected.keys() == got.keys() and expected
+        for name in expected:
+            torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_self_sft_keeps_passing_runs_and_trains_them_on_short_demo_free_prompts(world, lm):
+    from dspy.utils.dummies import DummyLM
+
+    from rolecall.optimizers.sft import rerender
+
+    every_field = {"sub_goals": '["Who founded Varn?"]', "sufficient": "yes", "answer": "Ostria",
+                   "confidence": "high", "missing_information": "none", "query": "Varn"}  # fmt: skip
+    teacher = DummyLM([every_field] * 200)  # writes a parseable output for every OPERA role
+    program = OPERA(BM25(world.corpus), lm=lm)
+    with pytest.raises(ConfigError, match="no run reached threshold=1.0"):
+        program.compile(optimizer=SFT(source="self", tries=1, show_progress=False), trainset=world.train[:2])
+    assert program.demo_free_adapters == set() and program.plan.demos  # a failed compile changes nothing
+    sft = SFT(source="self", tries=1, threshold=0.0, epochs=1, max_steps=1, show_progress=False, num_threads=2)
+    program.compile(optimizer=SFT(sft.sft_config, teacher=teacher), trainset=world.train[:2])
+    assert program.demo_free_adapters == {"plan", "analysis", "rewrite", "synthesis"}
+    assert all(program.roles[r].demos == [] for r in ("plan", "analysis", "synthesis"))
+    assert program.plan.lm is not teacher  # the student's adapters are bound again after collection
+    trajectory = program(question=world.train[0].question).trajectory
+    redone = rerender(program, trajectory)
+    for old, new in zip(trajectory.steps, redone.steps, strict=True):
+        if old.kind == "role" and old.ok:
+            assert new.messages[0]["content"] == program.roles[old.role].signature.instructions.strip()
+    with pytest.raises(ConfigError, match="pass source='self'"):
+        SFT(teacher=lm)
+
+
+def test_max_steps_may_cap_each_adapter_on_its_own(world, lm):
+    program = OPERA(BM25(world.corpus), lm=lm)
+    sft = SFT(epochs=5, max_steps={"plan": 2, "synthesis": 1}, roles=("plan", "synthesis"), show_progress=False)
+    program.compile(optimizer=sft, trainset=world.train)
+    assert sorted((r["adapter"], r["step"]) for r in sft.history) == [("plan", 1), ("plan", 2), ("synthesis", 1)]
+    with pytest.raises(ConfigError, match="max_steps"):
+        SFT(max_steps={"plan": "many"})
+
+
+def test_gold_sft_trains_single_step_rag_on_its_answer_role(world, lm):
+    program = SingleStepRAG(BM25(world.corpus), lm=lm)
+    sft = SFT(epochs=1, max_steps=1, show_progress=False, num_threads=2)
+    program.compile(optimizer=sft, trainset=world.train)
+    assert {r["adapter"] for r in sft.history} == set(program.adapter_roles()) and program.demo_free_adapters

@@ -61,6 +61,8 @@ def describe_type(tp: Any) -> str:
         return " or ".join(describe_type(a) for a in args)
     if origin is tuple:
         return f"a list of {describe_type(args[0])}" if args else "a list"
+    if origin is dict:
+        return f"a mapping of {describe_type(args[0])} to {describe_type(args[1])}" if args else "a mapping"
     if tp is type(None):
         return "null"
     return getattr(tp, "__name__", str(tp))
@@ -77,6 +79,9 @@ def _conforms(value: Any, tp: Any) -> bool:
     if origin is tuple:
         item = args[0] if args else Any
         return isinstance(value, (tuple, list)) and all(_conforms(v, item) for v in value)
+    if origin is dict:
+        key, item = args if args else (Any, Any)
+        return isinstance(value, dict) and all(_conforms(k, key) and _conforms(v, item) for k, v in value.items())
     if tp is type(None):
         return value is None
     if tp is bool:
