@@ -27,9 +27,10 @@ from _common import bench_parser, write_results
 RUNS = Path(__file__).resolve().parent.parent / "runs" / "bench_compile"
 
 
-def _row(name: str, method: str, summary: Any, train_minutes: float) -> dict[str, Any]:
+def _row(name: str, method: str, summary: Any, train_minutes: float, dataset: str = "synthetic") -> dict[str, Any]:
     calls = summary.lm_calls or 1.0
     return {
+        "dataset": dataset,
         "program": name,
         "method": method,
         "n": summary.n,
@@ -47,13 +48,15 @@ def _row(name: str, method: str, summary: Any, train_minutes: float) -> dict[str
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a markdown table."""
     lines = [
-        "| program | method | n | EM | EM 95% CI | F1 | train min | prompt tokens / call | LM calls / question |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| dataset | program | method | n | EM | EM 95% CI | F1 | train min | prompt tokens / call "
+        "| LM calls / question |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         low, high = r["em_ci"]
         lines.append(
-            f"| {r['program']} | {r['method']} | {r['n']} | {r['em']:.3f} | {low:.2f}–{high:.2f} | {r['f1']:.3f} | "
+            f"| {r.get('dataset', 'synthetic')} | {r['program']} | {r['method']} | {r['n']} | {r['em']:.3f} "
+            f"| {low:.2f}–{high:.2f} | {r['f1']:.3f} | "
             f"{r['train_minutes']:.1f} | {r['prompt_tokens_per_call']:.0f} | {r['lm_calls_per_question']:.1f} |"
         )
     return "\n".join(lines) + "\n"
@@ -71,6 +74,13 @@ def _parse_steps(text: str | None) -> int | dict[str, int] | None:
 def main() -> None:
     parser = bench_parser(__doc__, "bench_compile")
     parser.add_argument("--programs", default="opera", help="comma-separated registry names (default: opera)")
+    parser.add_argument(
+        "--dataset",
+        default="synthetic",
+        choices=("synthetic", "hotpotqa", "2wiki", "musique"),
+        help="synthetic world (its train/test splits), or a real dev subset in ../shared/data split 80/20 by a hash "
+        "of the question id",
+    )
     parser.add_argument("--methods", default="prompt,sft", help="comma-separated, from prompt, bfs, sft")
     parser.add_argument("--test-questions", type=int, default=200, help="held-out test questions (default 200)")
     parser.add_argument("--train-questions", type=int, default=400, help="training questions (default 400)")
@@ -98,9 +108,26 @@ def main() -> None:
     from rolecall.utils.logs import quiet_repeated_warnings
 
     quiet_repeated_warnings()
-    world = synthetic_world(seed=args.seed)
-    test, train = world.test[: args.test_questions], world.train[: args.train_questions]
-    retriever = BM25(world.corpus)
+    if args.dataset == "synthetic":
+        world = synthetic_world(seed=args.seed)
+        test, train, corpus = world.test[: args.test_questions], world.train[: args.train_questions], world.corpus
+    else:
+        from rolecall.cli import DEFAULT_DATA_PATHS
+        from rolecall.data import hash_split
+        from rolecall.data.corpus import build_corpus, load_dataset
+
+        path = DEFAULT_DATA_PATHS[args.dataset]
+        if not path.is_file():
+            parser.error(f"{args.dataset}: {path} is missing (the real dev subsets live in ../shared/data)")
+        train, test = hash_split(load_dataset(args.dataset, path), fraction=0.8)
+        test, train, corpus = (
+            test[: args.test_questions],
+            train[: args.train_questions],
+            build_corpus(args.dataset, path),
+        )
+    print(f"{args.dataset}: {len(train)} train / {len(test)} test questions, {len(corpus)} passages", flush=True)
+    retriever = BM25(corpus)
+    args.runs = args.runs / args.dataset
     rows: list[dict[str, Any]] = []
 
     def record(row: dict[str, Any]) -> None:
@@ -114,7 +141,7 @@ def main() -> None:
         if "prompt" in methods:
             program = build_program(name, retriever, lm)
             before = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "prompt_only")
-            record(_row(name, "prompt-only", before.summary, 0.0))
+            record(_row(name, "prompt-only", before.summary, 0.0, args.dataset))
         if "bfs" in methods:
             import dspy
 
@@ -128,7 +155,7 @@ def main() -> None:
             program = build_program(name, retriever, lm).compile(optimizer=bfs, trainset=[e.to_dspy() for e in train])
             minutes = (time.perf_counter() - started) / 60
             result = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "bfs_eval")
-            record(_row(name, "BootstrapFewShot", result.summary, minutes))
+            record(_row(name, "BootstrapFewShot", result.summary, minutes, args.dataset))
         if "sft" in methods:
             program = build_program(name, retriever, lm)
             sft = SFT(
@@ -144,7 +171,7 @@ def main() -> None:
             minutes = (time.perf_counter() - started) / 60
             program.save(args.runs / name / "sft" / "program")
             after = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "sft_eval")
-            row = _row(name, "SFT(gold)", after.summary, minutes)
+            row = _row(name, "SFT(gold)", after.summary, minutes, args.dataset)
             row["sft_steps"] = {r["adapter"]: r["step"] for r in sft.history}
             row["sft_step_seconds"] = {
                 a: round(sum(r["time/step"] for r in sft.history if r["adapter"] == a) / n, 1)

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     optimizer = MAPGRPO(config)
     trained = OPERA(retriever, lm=lm).compile(optimizer=optimizer, trainset=world.train)
     results["mapgrpo_train_s"] = time.perf_counter() - t0
-    log_path = run_dir / "train_log.jsonl"
+    log_path = run_dir / "metrics.jsonl"
     results["mapgrpo_log"] = (
         [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
         if log_path.is_file()

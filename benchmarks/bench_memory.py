@@ -14,6 +14,13 @@ Requests are chat prompts of 2 to 14 synthetic-world passages (about 150 to 1,40
 8 to 96 tokens, greedy, submitted by many threads as multi-role programs do. It prints peak and mean resident memory
 and completion tokens/s of each run, then each policy's memory ratios (off / policy: higher is better) and speed ratio
 (policy / off: 1.0 is no cost), and writes ``benchmarks/results/bench_memory.json``.
+
+``--workload sft`` measures training instead: in one fresh interpreter each, a plain inference run (prompt-only OPERA
+on ``--questions`` synthetic test questions, the baseline) and an SFT compile of OPERA with three role adapters (plan,
+analysis, synthesis; ``--sft-steps`` steps each on gold-path samples), both under the default malloc policy. It writes
+each run's peak resident memory and their ratio to ``benchmarks/results/bench_memory_sft.json``:
+
+    .venv/bin/python benchmarks/bench_memory.py --workload sft --sft-steps 4
 """
 
 from __future__ import annotations
@@ -86,6 +93,48 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def child_sft(args: argparse.Namespace) -> dict[str, Any]:
+    """One run of the SFT workload in this interpreter: ``--phase infer`` (the baseline) or ``--phase train``."""
+    from rolecall.data.synthetic import synthetic_world
+    from rolecall.evaluation import evaluate
+    from rolecall.lm import LocalLM
+    from rolecall.lm.memory import resident_bytes
+    from rolecall.optimizers.sft import SFT
+    from rolecall.programs import OPERA
+    from rolecall.retrievers.bm25 import BM25
+
+    world = synthetic_world(seed=args.seed)
+    program = OPERA(BM25(world.corpus), lm=LocalLM())
+    t0 = time.perf_counter()
+    if args.phase == "infer":
+        evaluate(program, world.test[: args.questions], num_threads=args.threads, show_progress=False)
+    else:
+        sft = SFT(roles=("plan", "analysis", "synthesis"), epochs=50.0, max_steps=args.sft_steps,
+                  num_threads=args.threads, show_progress=False)  # fmt: skip
+        program.compile(optimizer=sft, trainset=world.train[: args.questions * 4])
+    mem = resident_bytes()
+    return {"phase": args.phase, "wall_s": time.perf_counter() - t0, "peak_rss_mb": mem.get("peak", 0) / 2**20}
+
+
+def run_sft(args: argparse.Namespace) -> dict[str, Any]:
+    """The inference baseline and the SFT compile, each in a fresh interpreter; their peaks and ratio."""
+    runs = {}
+    for phase in ("infer", "train"):
+        cmd = [sys.executable, __file__, "--child", "--workload", "sft", "--phase", phase, "--threads",
+               str(args.threads), "--questions", str(args.questions), "--sft-steps", str(args.sft_steps)]  # fmt: skip
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"{phase} run failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+        runs[phase] = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"  {phase:<5} peak {runs[phase]['peak_rss_mb']:7.0f} MiB  ({runs[phase]['wall_s']:.0f} s)", flush=True)
+    return {
+        "runs": runs,
+        "sft_peak_gib": runs["train"]["peak_rss_mb"] / 1024,
+        "sft_over_inference_peak": runs["train"]["peak_rss_mb"] / runs["infer"]["peak_rss_mb"],
+        "target_gib": 4.0,
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run each variant ``rounds`` times, alternating, each in a fresh interpreter; returns the measurements."""
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in args.variants}
@@ -130,10 +179,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS), help="ROLECALL_MALLOC_TUNE values to run"
     )
     parser.add_argument("--sample-s", type=float, default=0.5, help="seconds between memory samples (default 0.5)")
+    parser.add_argument("--workload", choices=("decode", "sft"), default="decode", help="what to measure")
+    parser.add_argument("--questions", type=int, default=16, help="sft workload: inference questions (default 16)")
+    parser.add_argument("--sft-steps", type=int, default=4, help="sft workload: steps per adapter (default 4)")
+    parser.add_argument("--phase", choices=("infer", "train"), default="infer", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args)))
+        print(json.dumps(child_sft(args) if args.workload == "sft" else child(args)))
+        return
+    if args.workload == "sft":
+        if args.out.name == "bench_memory.json":  # the default: keep the decode results beside it
+            args.out = args.out.with_name("bench_memory_sft.json")
+        print(f"bench_memory --workload sft: OPERA, {args.questions} questions, {args.sft_steps} SFT steps/adapter")
+        results = run_sft(args)
+        print(f"SFT peak {results['sft_peak_gib']:.2f} GiB, {results['sft_over_inference_peak']:.2f}x inference")
+        print(f"wrote {write_results(results, args)}")
         return
     print(f"bench_memory: {args.requests} requests, {args.threads} threads, {args.rounds} round(s), SmolLM2-135M")
     results = run(args)

@@ -5,7 +5,7 @@ SFT on gold-path targets within a wall-clock budget (each role's adapter trained
 demo-free program on the same questions and writes everything to ``runs/<timestamp>/``: ``before/`` and ``after/``
 (per-question records with trajectories, summaries), ``sft/`` (samples, ``metrics.jsonl``, checkpoints, ``loss.png``:
 the loss curve per adapter), ``program/`` (the trained program), ``table.md`` and ``results.json``.
-``optimizer="mapgrpo"`` runs the MAPGRPO compile instead (``mapgrpo/train_log.jsonl``, ``training_curve.png``).
+``optimizer="mapgrpo"`` runs the MAPGRPO compile instead (``mapgrpo/metrics.jsonl``, ``training_curve.png``).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def comparison_table(before: dict[str, Any], after: dict[str, Any], method: str 
 
 
 def plot_training_curve(log_path: Path, png_path: Path) -> bool:
-    """Plot mean group reward per step, one panel per stage, from a MAPGRPO ``train_log.jsonl``; False if empty."""
+    """Plot mean group reward per step, one panel per stage, from a MAPGRPO ``metrics.jsonl``; False if empty."""
     if not log_path.is_file():
         return False
     records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
@@ -192,7 +192,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         plotted = curve.is_file()
     else:
         curve = out / "training_curve.png"
-        plotted = plot_training_curve(out / "mapgrpo" / "train_log.jsonl", curve)
+        plotted = plot_training_curve(out / "mapgrpo" / "metrics.jsonl", curve)
     results = {
         "run_dir": str(out),
         "questions": len(held_out),

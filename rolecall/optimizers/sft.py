@@ -238,7 +238,10 @@ class SFT(WeightOptimizer):
             trajectories = [rerender(program, t) for t in trajectories]  # the prompts the trained roles will see
         samples: dict[str, list[TrainingSample]] = {}
         for trajectory in trajectories:
-            for sample in samples_from_trajectory(trajectory, lm, roles=cfg.roles):
+            steps = trajectory.steps
+            if cfg.source == "gold":  # a call the gold path left to the LM is the untrained model's output: no target
+                steps = [step for step in steps if step.meta.get("gold")]
+            for sample in samples_from_trajectory(steps, lm, roles=cfg.roles):
                 if sample.adapter in adapters:
                     samples.setdefault(sample.adapter, []).append(sample)
         return samples

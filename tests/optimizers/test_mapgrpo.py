@@ -11,7 +11,8 @@ from rolecall.data.synthetic import synthetic_world
 from rolecall.errors import ConfigError
 from rolecall.lm import LocalLM
 from rolecall.optimizers import MAPGRPO, MAPGRPOConfig
-from rolecall.optimizers.grpo import update as update_module
+from rolecall.optimizers.core.checkpoint import latest_checkpoint
+from rolecall.optimizers.core.trainer import AdapterTrainer
 from rolecall.programs import OPERA
 from rolecall.retrievers.bm25 import BM25
 
@@ -60,14 +61,16 @@ def test_compile_trains_every_role_and_logs(world, tiny_model, smollm_tokenizer,
     after = _adapter_weights(lm, "synthesis")
     assert all(torch.equal(after[n], before["synthesis"][n]) for n in after), "the untrained synthesis adapter changed"
     assert not (tmp_path / "run" / "adapters" / "synthesis").exists()
-    log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    log = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["stage"] for r in log] == ["plan", "analysis", "rewrite"]
+    assert all(r["time/generate"] > 0 and r["time/score"] > 0 and r["time/update"] > 0 for r in log)
     for record in log:
         assert all(
             k in record for k in ("reward/mean", "reward/std", "kl/mean", "clip/frac", "loss/policy", "grad/norm")
         )
         assert all(v == v for v in record.values() if isinstance(v, float))  # no NaN
-    assert json.loads((tmp_path / "run" / "state.json").read_text())["done"] == ["plan", "analysis", "rewrite"]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stop_reason"] == "completed" and summary["steps"] == {"plan": 1, "analysis": 1, "rewrite": 1}
     for role in ("plan", "analysis", "rewrite"):
         assert (tmp_path / "run" / "adapters" / role / "adapter_config.json").is_file()
     # the trained program still answers every question without raising
@@ -77,7 +80,7 @@ def test_compile_trains_every_role_and_logs(world, tiny_model, smollm_tokenizer,
 def test_killed_run_resumes_from_checkpoint(world, tiny_model, smollm_tokenizer, tmp_path, monkeypatch):
     program, lm = _program(world, tiny_model, smollm_tokenizer)
     cfg = _config(tmp_path, stages=("plan", "analysis"), steps={"plan": 2, "analysis": 1})
-    real_step = update_module.RoleTrainer.step
+    real_step = AdapterTrainer.step
     calls = {"n": 0}
 
     def dying_step(self, samples):
@@ -86,16 +89,17 @@ def test_killed_run_resumes_from_checkpoint(world, tiny_model, smollm_tokenizer,
             raise KeyboardInterrupt("killed")  # the process dies during the second optimizer step
         return real_step(self, samples)
 
-    monkeypatch.setattr(update_module.RoleTrainer, "step", dying_step)
+    monkeypatch.setattr(AdapterTrainer, "step", dying_step)
     with pytest.raises(KeyboardInterrupt):
         program.compile(optimizer=MAPGRPO(cfg), trainset=world.train)
-    state = json.loads((tmp_path / "run" / "state.json").read_text())
-    assert state == {"done": [], "stage": "plan", "step": 1}
-    monkeypatch.setattr(update_module.RoleTrainer, "step", real_step)
+    state = json.loads((latest_checkpoint(tmp_path / "run" / "checkpoints") / "state.json").read_text())
+    assert state["global_step"] == 1 and state["steps"] == {"plan": 1}
+    monkeypatch.setattr(AdapterTrainer, "step", real_step)
     resumed = MAPGRPO(_config(tmp_path, stages=("plan", "analysis"), steps={"plan": 2, "analysis": 1}, resume=True))
     program.compile(optimizer=resumed, trainset=world.train)
-    log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    log = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["stage"], r["step"]) for r in log] == [("plan", 1), ("plan", 2), ("analysis", 1)]
+    assert [(r["stage"], r["step"]) for r in resumed.history] == [("plan", 2), ("analysis", 1)]
 
 
 def test_config_errors(tmp_path):

@@ -169,3 +169,12 @@ def test_gold_sft_trains_single_step_rag_on_its_answer_role(world, lm):
     sft = SFT(epochs=1, max_steps=1, show_progress=False, num_threads=2)
     program.compile(optimizer=sft, trainset=world.train)
     assert {r["adapter"] for r in sft.history} == set(program.adapter_roles()) and program.demo_free_adapters
+
+
+def test_gold_sft_never_trains_on_calls_the_gold_path_left_to_the_lm(world, lm):
+    from dataclasses import replace
+
+    without = [replace(e, decomposition=None) for e in world.train]  # OPERA's builder answers nothing then
+    program = OPERA(BM25(world.corpus), lm=lm)
+    with pytest.raises(ConfigError, match="no training sample from 'gold' targets"):
+        program.compile(optimizer=SFT(show_progress=False, num_threads=2), trainset=without)

@@ -119,8 +119,9 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
     def setup(self, student: Any, trainset: Sequence[Any], stages: list[Stage]) -> None:
         """Runs once per process before the first step (after a resume restored the adapters)."""
 
-    def start_stage(self, ctx: StepContext) -> None:
-        """Runs when ``ctx.stage`` is first entered in this process (also when a resume lands mid-stage)."""
+    def start_stage(self, ctx: StepContext) -> bool | None:
+        """Runs when ``ctx.stage`` is first entered in this process (also when a resume lands mid-stage); returning
+        False skips the stage (recorded in ``stopped``), for example when it collected no inputs."""
 
     def collect(self, ctx: StepContext) -> Any:
         """The step's inputs, usually ``ctx.take(pool, n)``."""
@@ -187,7 +188,11 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
             if name not in started:
                 started.add(name)
                 with self._private_rng(f"{cfg.seed}-{name}"):
-                    self.start_stage(ctx)
+                    ready = self.start_stage(ctx)
+                if ready is False:
+                    state["stopped"][name] = "start_stage found nothing to train on"
+                    logger.warning("%s %s: nothing to train on; stage skipped", type(self).__name__, name)
+                    continue
             if name not in trainers:  # after the restore: loading an adapter replaces its parameters
                 trainers[name] = AdapterTrainer(backend, stage.adapter, stage.trainer)
                 if name in saved_trainers:
@@ -205,7 +210,7 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
             bar.set_postfix(stage=name, loss=f"{record.get('loss/total', float('nan')):.4f}")
         bar.close()
         self.stopped = dict(state["stopped"])
-        self.stop_reason = "time_budget" if self.stopped else "completed"
+        self.stop_reason = "time_budget" if any("budget" in r for r in self.stopped.values()) else "completed"
         if out is not None:
             self._finish(out, backend, stages, state)
         return student

@@ -1,4 +1,7 @@
-"""GRPO core: group advantages, the clipped policy loss, per-token log-probs and the config (pure torch)."""
+"""GRPO core: group advantages, the clipped policy loss and per-token log-probs (pure torch).
+
+The trainer that uses them is :class:`rolecall.optimizers.core.trainer.AdapterTrainer`.
+"""
 
 from rolecall.optimizers.grpo.advantages import (
     AdvantageScale,
@@ -7,13 +10,11 @@ from rolecall.optimizers.grpo.advantages import (
     role_normalized_advantages,
     teacher_token_advantages,
 )
-from rolecall.optimizers.grpo.config import GRPOConfig
 from rolecall.optimizers.grpo.logprobs import build_completion_batch, ref_logprobs, sequence_logprobs
 from rolecall.optimizers.grpo.loss import LossType, grpo_loss, per_token_kl_k3, selective_log_softmax
 
 __all__ = [
     "AdvantageScale",
-    "GRPOConfig",
     "LossType",
     "build_completion_batch",
     "gradient_mask",
