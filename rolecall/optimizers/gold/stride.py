@@ -173,9 +173,11 @@ class _StrideGold:
             return [], set()
         ids = list(retrievals[-1].outputs.get("passage_ids") or [])
         titles = list(retrievals[-1].outputs.get("titles") or [])
+        title_of = {d: t for d, t in zip(ids, titles, strict=False) if t}
         with self.lock:
-            self.titles.update({d: t for d, t in zip(ids, titles, strict=False) if t})
-        return self._facts_in(i, ids, titles, shown)
+            self.titles.update(title_of)
+        shown_ids = list(retrievals[-1].meta.get("shown_ids") or ids)  # the prompt's order: unseen passages first
+        return self._facts_in(i, shown_ids, [title_of.get(d, "") for d in shown_ids], shown)
 
     def _facts_in(self, i: int, ids: list[str], titles: list[str], shown: str) -> tuple[list[str], set[str]]:
         """The facts of step ``i``'s passages in ``shown``, the formatted passages ``ids`` (in order)."""

@@ -44,7 +44,7 @@ from rolecall.programs.core.calls import read_list
 from rolecall.programs.core.options import PassageOptions, option
 from rolecall.programs.core.parallel import run_branches
 from rolecall.programs.core.program import Program
-from rolecall.programs.core.text import format_passages
+from rolecall.programs.core.text import format_passages, show_fresh
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.programs.stride.control import MAX_QUERY_CHARS, record_failure, supervise
 from rolecall.programs.stride.demos import default_stride_demos
@@ -300,7 +300,11 @@ class STRIDE(Program):
             if not passages:
                 out.failure = "empty retrieval"
                 return
-            shown = format_passages(passages, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars)
+            seen = state.seen.setdefault(out.sq_id, set())  # a retry shows the passages it has not shown first
+            _, shown, shown_ids = show_fresh(
+                passages, seen, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars
+            )
+            branch.steps[-1].meta["shown_ids"] = shown_ids
             evidence = self._evidence(directive.query, shown, branch, meta, out)
             if evidence is None:
                 return

@@ -184,6 +184,7 @@ class StrideState:
         facts: E_i of each sub-question resolved by a search, by id.
         failures: the failure log F, in the order the failures happened.
         attempts: search attempts made per sub-question id.
+        seen: ids of the passages shown for each sub-question so far (a retry shows unseen passages first).
     """
 
     graph: PlanGraph
@@ -191,6 +192,7 @@ class StrideState:
     facts: dict[int, list[str]] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     attempts: dict[int, int] = field(default_factory=dict)
+    seen: dict[int, set[str]] = field(default_factory=dict)
 
     @classmethod
     def from_plan(cls, sub_questions: Sequence[str], strategy: Sequence[str] = ()) -> tuple[StrideState, list[str]]:
