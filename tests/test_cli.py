@@ -272,6 +272,6 @@ def test_compile_rejects_a_program_without_gold_targets_before_loading(monkeypat
     monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
     assert main(["compile", "--program", "ircot", "--out", "x"]) == 1
     assert (
-        "gold-path targets for cascaded_team, d2plan, hierarchical_team, opera, reap, stride; 'ircot' has none"
-        in capsys.readouterr().err
+        "gold-path targets for cascaded_team, d2plan, hierarchical_team, no_retrieval_cot, opera, reap, "
+        "single_step_rag, stride; 'ircot' has none" in capsys.readouterr().err
     )
