@@ -62,15 +62,6 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _parse_steps(text: str | None) -> int | dict[str, int] | None:
-    """``--max-steps``: ``12`` (every adapter) or ``plan=40,analysis=20`` (per adapter)."""
-    if not text:
-        return None
-    if "=" not in text:
-        return int(text)
-    return {k.strip(): int(v) for k, v in (item.split("=", 1) for item in text.split(",") if item.strip())}
-
-
 def main() -> None:
     parser = bench_parser(__doc__, "bench_compile")
     parser.add_argument("--programs", default="opera", help="comma-separated registry names (default: opera)")
@@ -102,7 +93,7 @@ def main() -> None:
     from rolecall.evaluation import evaluate
     from rolecall.evaluation.metrics import exact_match
     from rolecall.lm import LocalLM
-    from rolecall.optimizers.sft import SFT
+    from rolecall.optimizers.sft import SFT, parse_max_steps
     from rolecall.programs.registry import build_program
     from rolecall.retrievers.bm25 import BM25
     from rolecall.utils.logs import quiet_repeated_warnings
@@ -160,7 +151,7 @@ def main() -> None:
             program = build_program(name, retriever, lm)
             sft = SFT(
                 epochs=args.epochs,
-                max_steps=_parse_steps(args.max_steps),
+                max_steps=parse_max_steps(args.max_steps),
                 learning_rate=args.learning_rate,
                 time_budget_minutes=args.budget_minutes,
                 num_threads=args.threads,

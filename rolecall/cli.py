@@ -378,7 +378,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from rolecall.data.synthetic import synthetic_world
     from rolecall.lm.embedded import DEFAULT_LM
     from rolecall.lm.local import LocalLM
-    from rolecall.optimizers.sft import GOLD_BUILDERS, SFT
+    from rolecall.optimizers.sft import GOLD_BUILDERS, SFT, parse_max_steps
     from rolecall.programs.registry import build_program
 
     if get_program_class(args.program) not in GOLD_BUILDERS:
@@ -390,7 +390,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     options = parse_program_options(args.program, args.option)
     optimizer = SFT(  # options checked before the model loads
         epochs=args.epochs,
-        max_steps=_max_steps(args.max_steps),
+        max_steps=parse_max_steps(args.max_steps),
         resume=args.resume,
         learning_rate=args.learning_rate,
         time_budget_minutes=args.budget_minutes,
@@ -414,19 +414,6 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     print(f"optimizer steps per adapter: {steps}")
     print(f"saved: {args.out} (evaluate with: rolecall eval --load {args.out})\nloss curve: {args.out / 'loss.png'}")
     return 0
-
-
-def _max_steps(text: str | None) -> int | dict[str, int] | None:
-    """``--max-steps``: ``N`` or ``adapter=N,adapter=N``."""
-    if text is None:
-        return None
-    try:
-        if "=" not in text:
-            return int(text)
-        return {k.strip(): int(v) for k, v in (item.split("=", 1) for item in text.split(",") if item.strip())}
-    except ValueError:
-        example = "plan=60,analysis=25"
-        raise ConfigError(f"--max-steps takes N or adapter=N,adapter=N (e.g. {example}); got {text!r}") from None
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

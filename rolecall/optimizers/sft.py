@@ -48,7 +48,7 @@ from rolecall.programs.reap.program import REAP
 from rolecall.programs.stride.program import STRIDE
 from rolecall.programs.team.program import CascadedTeam, HierarchicalTeam
 
-__all__ = ["SFT", "SFTConfig", "GOLD_BUILDERS", "rerender"]
+__all__ = ["SFT", "SFTConfig", "GOLD_BUILDERS", "parse_max_steps", "rerender"]
 
 logger = logging.getLogger(__name__)
 
@@ -314,6 +314,23 @@ class SFT(WeightOptimizer):
             out.setdefault(sample.adapter, []).append(sample)
         logger.info("SFT: resumed with the %d samples collected in %s", sum(map(len, out.values())), path)
         return out
+
+
+def parse_max_steps(text: str | None) -> int | dict[str, int] | None:
+    """``max_steps`` from the command line: ``"12"`` (every adapter) or ``"plan=60,analysis=25"`` (per adapter).
+
+    Raises:
+        ConfigError: ``text`` is neither form; the message shows both.
+    """
+    if text is None:
+        return None
+    try:
+        if "=" not in text:
+            return int(text)
+        return {k.strip(): int(v) for k, v in (item.split("=", 1) for item in text.split(",") if item.strip())}
+    except ValueError:
+        example = "plan=60,analysis=25"
+        raise ConfigError(f"--max-steps takes N or adapter=N,adapter=N (e.g. {example}); got {text!r}") from None
 
 
 def rerender(program: Program, trajectory: Trajectory) -> Trajectory:

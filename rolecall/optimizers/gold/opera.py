@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rolecall.data.types import Document, Example, SubStep
+from rolecall.optimizers.gold.text import text_key
 from rolecall.optimizers.gold.titles import passage_title
 from rolecall.programs.core.demo_source import as_corpus_mapping, placeholder_plan
 from rolecall.programs.core.gold import Override
@@ -73,7 +74,7 @@ class _OperaGold:
         self.example = example
         self.corpus = corpus
         self.sub_goals = gold_sub_goals(example)
-        self._filled = {_key(filled): i for i, (_, filled, _) in enumerate(self.sub_goals)}
+        self._filled = {text_key(filled): i for i, (_, filled, _) in enumerate(self.sub_goals)}
 
     def __call__(self, program: Program, role: str, inputs: dict[str, Any], trajectory: Trajectory) -> dict | None:
         if not self.sub_goals:
@@ -91,7 +92,7 @@ class _OperaGold:
 
     def _step(self, sub_goal: str, trajectory: Trajectory) -> SubStep:
         """The gold step a call on ``sub_goal`` is for: the one whose filled text matches, else by position."""
-        index = self._filled.get(_key(sub_goal))
+        index = self._filled.get(text_key(sub_goal))
         if index is None:
             asked = list(dict.fromkeys(s.inputs.get("sub_goal") for s in trajectory.role_steps("analysis")))
             index = asked.index(sub_goal) if sub_goal in asked else len(asked)
@@ -135,10 +136,6 @@ class _OperaGold:
 
     def _title(self, doc_id: str, trajectory: Trajectory) -> str | None:
         return passage_title(doc_id, self.corpus, trajectory.retrievals())
-
-
-def _key(text: str) -> str:
-    return " ".join(str(text).split()).casefold()
 
 
 def opera_gold(example: Example, corpus: Mapping[str, Document] | Sequence[Document] | None = None) -> Override:

@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rolecall.data.types import Document, Example
+from rolecall.optimizers.gold.text import text_key
 from rolecall.programs.core.demo_source import as_corpus_mapping, filled_steps
 from rolecall.programs.core.gold import Override
 from rolecall.programs.core.plan import dependencies
@@ -99,7 +100,7 @@ class _ReapGold:
         self.corpus = corpus
         self.steps = list(example.decomposition or [])
         self.filled = [question for question, _ in filled_steps(example)]
-        self._by_text = {_key(q): i for i, q in enumerate(self.filled)}
+        self._by_text = {text_key(q): i for i, q in enumerate(self.filled)}
         self._missing: dict[str, tuple[int, str | None]] = {}  # sub-question -> (gold step, title not shown)
 
     def __call__(self, program: Program, role: str, inputs: dict[str, Any], trajectory: Trajectory) -> dict | None:
@@ -120,7 +121,7 @@ class _ReapGold:
         """The gold step of a call: by the sub-task's id, else by its filled question."""
         if isinstance(task_id, int) and 1 <= task_id <= len(self.steps):
             return task_id - 1
-        index = self._by_text.get(_key(sub_question))
+        index = self._by_text.get(text_key(sub_question))
         if index is None:
             logger.debug("sub-question %r matches no gold step of %s", sub_question, self.example.id)
         return index
@@ -141,7 +142,7 @@ class _ReapGold:
         shown = shown_passages(retrieval, str(inputs.get("passages", "")))
         visible = [shown[i] for i in step.supporting_ids if i in shown and _holds(shown[i].text, step.answer)]
         if visible:
-            self._missing.pop(_key(sub_question), None)
+            self._missing.pop(text_key(sub_question), None)
             evidence, statement = _fact(visible[0], step.answer)
             return {
                 "statement": statement,
@@ -151,7 +152,7 @@ class _ReapGold:
                 "reasoning": f"The passage on {visible[0].title} answers it.",
             }
         unseen = [i for i in step.supporting_ids if i not in shown] or step.supporting_ids
-        self._missing[_key(sub_question)] = (index, self._title(unseen[0], retrieval))
+        self._missing[text_key(sub_question)] = (index, self._title(unseen[0], retrieval))
         return {
             "statement": _NULL,
             "answer": _NULL,
@@ -164,7 +165,7 @@ class _ReapGold:
         sub_question = str(inputs.get("sub_question", ""))
         current = _CURRENT.search(str(inputs.get("plan", "")))  # the node's own line in the plan view
         task_id = int(current.group(1)) if current else None
-        index, title = self._missing.get(_key(sub_question), (self._index(task_id, sub_question), None))
+        index, title = self._missing.get(text_key(sub_question), (self._index(task_id, sub_question), None))
         if index is None:
             return None
         step = self.steps[index]
@@ -173,7 +174,7 @@ class _ReapGold:
         if fact is not None and fact.group("level") == "PartialClue" and _holds(clue, step.answer):
             return {"action": "sufficient", "answer": step.answer, "sub_questions": []}
         edit = self._edit(index, sub_question, title, inputs)
-        if edit is None or _key(edit) == _key(sub_question):
+        if edit is None or text_key(edit) == text_key(sub_question):
             logger.debug("no gold repair of %r in %s; left to the LM", sub_question, self.example.id)
             return None
         return {"action": "edit", "answer": "none", "sub_questions": [edit]}
@@ -182,7 +183,7 @@ class _ReapGold:
         """The gold rewording: the filled gold question when the current wording is another one (a reference left
         unresolved, or an earlier edit), else the gold question led by the title of the passage not shown."""
         gold = self.filled[index]
-        if _key(gold) != _key(sub_question):
+        if text_key(gold) != text_key(sub_question):
             seen = " ".join(str(inputs.get(name, "")) for name in ("sub_question", "fact", "known_facts", "plan"))
             refs = dependencies(self.steps[index].question)
             needed = [self.steps[d - 1].answer for d in refs if 1 <= d <= len(self.steps)]
@@ -207,10 +208,6 @@ class _ReapGold:
 
 def _holds(text: str, answer: str) -> bool:
     return bool(answer.strip()) and answer.strip().casefold() in text.casefold()
-
-
-def _key(text: str) -> str:
-    return " ".join(str(text).split()).casefold()
 
 
 def reap_gold(example: Example, corpus: Mapping[str, Document] | Sequence[Document] | None = None) -> Override:

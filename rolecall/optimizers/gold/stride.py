@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rolecall.data.types import Document, Example
+from rolecall.optimizers.gold.text import text_key
 from rolecall.programs.core.demo_source import as_corpus_mapping
 from rolecall.programs.core.gold import Override
 from rolecall.programs.core.plan import dependencies
@@ -78,7 +79,7 @@ class _StrideGold:
             self.answers[n] = example.answer  # the last sub-answer is STRIDE's final answer
         state, _ = StrideState.from_plan(self.plan)
         state.solved.update(self.answers)  # gold answers, taken as they are (as the demos do)
-        self.index = {_key(state.filled(i)): i for i in self.answers}
+        self.index = {text_key(state.filled(i)): i for i in self.answers}
         self.sources = {i: self._sources(i) for i in self.answers}
         self.solved_facts: dict[str, tuple[list[str], set[str]]] = {}  # filled sub-question -> (E_i, passage ids)
         self.titles: dict[str, str] = {}  # passage id -> title, from the retrievals seen
@@ -108,7 +109,7 @@ class _StrideGold:
         return handler(program, inputs, trajectory) if handler is not None else None
 
     def _step_of(self, sub_question: str) -> int | None:
-        i = self.index.get(_key(sub_question))
+        i = self.index.get(text_key(sub_question))
         if i is None:
             logger.debug("sub-question %r matches no gold step of %s; left to the LM", sub_question, self.example.id)
         return i
@@ -155,7 +156,7 @@ class _StrideGold:
         solved = [(m.group(1), m.group(2)) for m in map(_PROGRESS_LINE.match, progress.splitlines()) if m]
         solved = [(q, a) for q, a in solved if a != "pending"]
         with self.lock:
-            stored = [self.solved_facts.get(_key(q), ([], set())) for q, _ in solved]
+            stored = [self.solved_facts.get(text_key(q), ([], set())) for q, _ in solved]
         ids = set().union(*(d for _, d in stored)) if stored else set()
         needed = {d for d, _ in self.sources[i]}
         if not needed or not needed <= ids:
@@ -228,7 +229,7 @@ class _StrideGold:
         if not ids or not _holds("\n".join(facts), answer):
             return {"answer": _NULL_ANSWER}
         with self.lock:
-            self.solved_facts[_key(sub_question)] = (facts, ids)
+            self.solved_facts[text_key(sub_question)] = (facts, ids)
         return {"answer": answer}
 
     def _title(self, doc_id: str) -> str | None:
@@ -239,10 +240,6 @@ class _StrideGold:
             if doc_id in self.titles:
                 return self.titles[doc_id]
         return doc_id.split("::", 1)[0] if "::" in doc_id else None  # rolecall.data.types.doc_id: "<title>::<hash>"
-
-
-def _key(text: str) -> str:
-    return " ".join(str(text).split()).casefold()
 
 
 def _holds(text: str, answer: str, at_least: int | None = None) -> bool:
