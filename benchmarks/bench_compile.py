@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,14 @@ def _row(name: str, method: str, summary: Any, train_minutes: float, dataset: st
         "parse_rates": summary.parse_rates,
         "success_rate": summary.success_rate,
     }
+
+
+def _resumable(args: Any, output_dir: Path) -> bool:
+    """``--resume`` and records to resume from; without ``--resume`` a stale run is cleared first."""
+    has_records = (output_dir / "records.jsonl").exists()
+    if not args.resume and has_records:
+        shutil.rmtree(output_dir)
+    return args.resume and has_records
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -78,11 +87,17 @@ def main() -> None:
     parser.add_argument("--budget-minutes", type=float, default=15.0, help="SFT wall-clock budget (default 15)")
     parser.add_argument("--epochs", type=float, default=2.0, help="SFT passes over each adapter's samples")
     parser.add_argument("--max-steps", default=None, help="SFT step cap: N, or adapter=N,adapter=N")
-    parser.add_argument("--learning-rate", type=float, default=3e-4, help="SFT AdamW learning rate")
+    parser.add_argument("--learning-rate", type=float, default=2e-3, help="SFT AdamW learning rate (default 2e-3)")
     parser.add_argument("--bfs-demos", type=int, default=3, help="BootstrapFewShot bootstrapped demos per role")
     parser.add_argument("--threads", type=int, default=16, help="questions evaluated concurrently (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
     parser.add_argument("--runs", type=Path, default=RUNS, help="where evaluation records and programs are written")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the prompt-only and BootstrapFewShot evaluations from their records.jsonl (questions already "
+        "answered are kept); SFT always retrains, and its evaluation starts afresh",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -131,7 +146,8 @@ def main() -> None:
         lm = LocalLM()  # a fresh base per program: adapters start untrained
         if "prompt" in methods:
             program = build_program(name, retriever, lm)
-            before = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "prompt_only")
+            before = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "prompt_only",
+                              resume=_resumable(args, args.runs / name / "prompt_only"))  # fmt: skip
             record(_row(name, "prompt-only", before.summary, 0.0, args.dataset))
         if "bfs" in methods:
             import dspy
@@ -145,7 +161,8 @@ def main() -> None:
             started = time.perf_counter()
             program = build_program(name, retriever, lm).compile(optimizer=bfs, trainset=[e.to_dspy() for e in train])
             minutes = (time.perf_counter() - started) / 60
-            result = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "bfs_eval")
+            result = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "bfs_eval",
+                              resume=_resumable(args, args.runs / name / "bfs_eval"))  # fmt: skip
             record(_row(name, "BootstrapFewShot", result.summary, minutes, args.dataset))
         if "sft" in methods:
             program = build_program(name, retriever, lm)
@@ -161,6 +178,7 @@ def main() -> None:
             program.compile(optimizer=sft, trainset=train)
             minutes = (time.perf_counter() - started) / 60
             program.save(args.runs / name / "sft" / "program")
+            shutil.rmtree(args.runs / name / "sft_eval", ignore_errors=True)  # records of an earlier training
             after = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "sft_eval")
             row = _row(name, "SFT(gold)", after.summary, minutes, args.dataset)
             row["sft_steps"] = {r["adapter"]: r["step"] for r in sft.history}

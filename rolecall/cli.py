@@ -231,7 +231,7 @@ def _add_compile_parser(sub: Any) -> None:
         metavar="N|A=N,...",
         help="at most N optimizer steps per adapter, or per named adapter (plan=60,analysis=25)",
     )
-    p.add_argument("--learning-rate", type=float, default=3e-4, help="AdamW learning rate (default: 3e-4)")
+    p.add_argument("--learning-rate", type=float, default=2e-3, help="AdamW learning rate (default: 2e-3)")
     p.add_argument("--budget-minutes", type=float, default=None, help="stop training after this much wall time")
     p.add_argument("--resume", action="store_true", help="continue a killed compile from its checkpoint in OUT")
     p.add_argument("--k", type=int, default=5, help="the program's top_k and the retriever's default k (default: 5)")

@@ -62,9 +62,10 @@ class DemoConfig:
     """Progress bars."""
 
 
-SFT_STEPS: dict[str, int] = {"plan": 60, "analysis": 25, "synthesis": 20, "rewrite": 6}
-"""The demo's SFT steps per OPERA adapter (8 samples a step): the plan format needs the most steps, the analysis
-samples (passages in the prompt) cost the most per step."""
+SFT_STEPS: dict[str, int] = {"plan": 50, "analysis": 30, "synthesis": 10, "rewrite": 2}
+"""The demo's SFT steps per OPERA adapter (8 samples a step), sized to the measured step costs on 2 CPU cores (plan
+~6.5 s, analysis ~17 s with its passages, synthesis and rewrite ~5-8 s): ~15 minutes in all, cut to the budget at the
+same fraction for every adapter. Plans and passage reading need the most steps; synthesis mostly copies."""
 
 
 def _summary_dict(result: Any) -> dict[str, Any]:

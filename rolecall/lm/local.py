@@ -143,7 +143,8 @@ class LocalLM(dspy.LM):
         device: ``"cpu"``, ``"cuda"``, ...; CUDA when available.
         dtype: ``"auto"`` (bf16 on GPUs and on CPUs with native bf16 matmuls, else fp32), ``"float32"``,
             ``"bfloat16"``, ``"float16"``. Use ``"float32"`` where bit-exact log-probs matter more than speed.
-        lora_config: ``peft.LoraConfig`` for new role adapters; default r=8, alpha=32 on all projections.
+        lora_config: ``peft.LoraConfig`` for new role adapters; default r=8, alpha=32 on all projections of the top
+            half of the layers (:func:`~rolecall.lm.backend.default_lora_config`).
         max_batch_rows: most sample rows the batcher puts in one forward pass.
         max_wait_ms: how long the batcher waits to fill a batch.
         batching: ``"continuous"`` (default; requests join and leave a running decode, role prompt prefixes stay

@@ -114,6 +114,8 @@ class AdapterTrainer:
         sums: dict[str, float] = {}
         total_loss = 0.0
         mb = self.config.micro_batch_size
+        # micro-batches of similar length pad less; the step's loss and gradient do not depend on the grouping
+        samples = sorted(samples, key=lambda s: s.num_tokens)
         for start in range(0, len(samples), mb):
             micro = samples[start : start + mb]
             loss, metrics = self._micro_batch_loss(model, micro, device, step_tokens)
