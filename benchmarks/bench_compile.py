@@ -93,6 +93,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
     parser.add_argument("--runs", type=Path, default=RUNS, help="where evaluation records and programs are written")
     parser.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a program option for every row (e.g. -o top_k=3), checked as `rolecall eval -o` checks it",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue the prompt-only and BootstrapFewShot evaluations from their records.jsonl (questions already "
@@ -109,7 +117,7 @@ def main() -> None:
     from rolecall.evaluation.metrics import exact_match
     from rolecall.lm import LocalLM
     from rolecall.optimizers.sft import SFT, parse_max_steps
-    from rolecall.programs.registry import build_program
+    from rolecall.programs.registry import build_program, parse_program_options
     from rolecall.retrievers.bm25 import BM25
     from rolecall.utils.logs import quiet_repeated_warnings
 
@@ -143,9 +151,10 @@ def main() -> None:
         out.with_suffix(".md").write_text(table(rows))
 
     for name in [p.strip() for p in args.programs.split(",") if p.strip()]:
+        options = parse_program_options(name, args.option)
         lm = LocalLM()  # a fresh base per program: adapters start untrained
         if "prompt" in methods:
-            program = build_program(name, retriever, lm)
+            program = build_program(name, retriever, lm, **options)
             before = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "prompt_only",
                               resume=_resumable(args, args.runs / name / "prompt_only"))  # fmt: skip
             record(_row(name, "prompt-only", before.summary, 0.0, args.dataset))
@@ -159,13 +168,14 @@ def main() -> None:
                 metric=metric, max_bootstrapped_demos=args.bfs_demos, max_labeled_demos=0, max_rounds=1
             )
             started = time.perf_counter()
-            program = build_program(name, retriever, lm).compile(optimizer=bfs, trainset=[e.to_dspy() for e in train])
+            program = build_program(name, retriever, lm, **options)
+            program = program.compile(optimizer=bfs, trainset=[e.to_dspy() for e in train])
             minutes = (time.perf_counter() - started) / 60
             result = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "bfs_eval",
                               resume=_resumable(args, args.runs / name / "bfs_eval"))  # fmt: skip
             record(_row(name, "BootstrapFewShot", result.summary, minutes, args.dataset))
         if "sft" in methods:
-            program = build_program(name, retriever, lm)
+            program = build_program(name, retriever, lm, **options)
             sft = SFT(
                 epochs=args.epochs,
                 max_steps=parse_max_steps(args.max_steps),
