@@ -182,3 +182,14 @@ def test_wrapping_in_peft_raises_no_deprecation_noise(tiny_model, smollm_tokeniz
         fresh.load_adapter(tmp_path / "plan", name="plan")  # PeftModel.from_pretrained on an unwrapped model
     noisy = [w for w in caught if "is_gradient_checkpointing" in str(w.message)]
     assert not noisy, [str(w.message) for w in noisy]
+
+
+def test_role_adapters_adapt_the_top_half_of_the_layers_by_default(lm):
+    from rolecall.lm import default_lora_config
+
+    assert default_lora_config(30).layers_to_transform == list(range(15, 30))
+    assert default_lora_config(30, layers_to_transform=None).layers_to_transform is None
+    assert default_lora_config().layers_to_transform is None  # no layer count: every layer
+    lm.for_role("plan")
+    adapted = {n.split(".layers.")[1].split(".")[0] for n, _ in lm.hf_model.named_parameters() if "lora_A" in n}
+    assert adapted == {"1"}  # the tiny model has 2 layers: LoRA sits on the upper one only

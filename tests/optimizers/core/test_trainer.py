@@ -156,3 +156,16 @@ def test_checks_and_optimizer_state_round_trip(lm):
 def test_config_validation(fields, message):
     with pytest.raises(ConfigError, match=message):
         TrainerConfig(**fields)
+
+
+def test_the_order_of_a_steps_samples_does_not_change_its_update(lm, smollm_tokenizer):
+    # the trainer groups a step's samples into micro-batches by length; the step must not depend on that grouping
+    lm.for_role("plan")
+    lm2 = LocalLM(copy.deepcopy(lm.hf_model), tokenizer=smollm_tokenizer)
+    samples = make_samples(lm)
+    config = TrainerConfig(learning_rate=0.01, micro_batch_size=2, gradient_accumulation_steps=2)
+    a, b = AdapterTrainer(lm, "plan", config), AdapterTrainer(lm2, "plan", config)
+    ma, mb = a.step(samples), b.step(samples[::-1])
+    assert ma["loss/nll"] == pytest.approx(mb["loss/nll"], rel=1e-6)
+    for p, q in zip(a.params, b.params, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
