@@ -46,12 +46,12 @@ def _row(name: str, method: str, summary: Any, train_minutes: float, dataset: st
     }
 
 
-def _resumable(args: Any, output_dir: Path) -> bool:
-    """``--resume`` and records to resume from; without ``--resume`` a stale run is cleared first."""
+def _resumable(output_dir: Path, resume: bool) -> bool:
+    """Whether ``evaluate`` resumes ``output_dir``: ``resume`` and records there; else stale records are cleared."""
     has_records = (output_dir / "records.jsonl").exists()
-    if not args.resume and has_records:
+    if not resume and has_records:
         shutil.rmtree(output_dir)
-    return args.resume and has_records
+    return resume and has_records
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -156,7 +156,7 @@ def main() -> None:
         if "prompt" in methods:
             program = build_program(name, retriever, lm, **options)
             before = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "prompt_only",
-                              resume=_resumable(args, args.runs / name / "prompt_only"))  # fmt: skip
+                              resume=_resumable(args.runs / name / "prompt_only", args.resume))  # fmt: skip
             record(_row(name, "prompt-only", before.summary, 0.0, args.dataset))
         if "bfs" in methods:
             import dspy
@@ -172,7 +172,7 @@ def main() -> None:
             program = program.compile(optimizer=bfs, trainset=[e.to_dspy() for e in train])
             minutes = (time.perf_counter() - started) / 60
             result = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "bfs_eval",
-                              resume=_resumable(args, args.runs / name / "bfs_eval"))  # fmt: skip
+                              resume=_resumable(args.runs / name / "bfs_eval", args.resume))  # fmt: skip
             record(_row(name, "BootstrapFewShot", result.summary, minutes, args.dataset))
         if "sft" in methods:
             program = build_program(name, retriever, lm, **options)
@@ -188,7 +188,7 @@ def main() -> None:
             program.compile(optimizer=sft, trainset=train)
             minutes = (time.perf_counter() - started) / 60
             program.save(args.runs / name / "sft" / "program")
-            shutil.rmtree(args.runs / name / "sft_eval", ignore_errors=True)  # records of an earlier training
+            _resumable(args.runs / name / "sft_eval", resume=False)  # a new training: an earlier one's records go
             after = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "sft_eval")
             row = _row(name, "SFT(gold)", after.summary, minutes, args.dataset)
             row["sft_steps"] = {r["adapter"]: r["step"] for r in sft.history}
