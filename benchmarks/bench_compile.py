@@ -88,6 +88,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=2.0, help="SFT passes over each adapter's samples")
     parser.add_argument("--max-steps", default=None, help="SFT step cap: N, or adapter=N,adapter=N")
     parser.add_argument("--learning-rate", type=float, default=2e-3, help="SFT AdamW learning rate (default 2e-3)")
+    parser.add_argument("--batch-size", type=int, default=2, help="SFT samples per forward pass (default 2)")
+    parser.add_argument("--grad-accum", type=int, default=1, help="SFT micro-batches per optimizer step (default 1)")
     parser.add_argument("--bfs-demos", type=int, default=3, help="BootstrapFewShot bootstrapped demos per role")
     parser.add_argument("--threads", type=int, default=16, help="questions evaluated concurrently (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
@@ -180,6 +182,8 @@ def main() -> None:
                 epochs=args.epochs,
                 max_steps=parse_max_steps(args.max_steps),
                 learning_rate=args.learning_rate,
+                micro_batch_size=args.batch_size,
+                gradient_accumulation_steps=args.grad_accum,
                 time_budget_minutes=args.budget_minutes,
                 num_threads=args.threads,
                 output_dir=str(args.runs / name / "sft"),

@@ -192,11 +192,11 @@ def _add_demo_parser(sub: Any) -> None:
         formatter_class=_HelpFormatter,
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic world and of training (default 0)")
-    p.add_argument("--eval-questions", type=int, default=32, help="held-out test questions (default 32)")
+    p.add_argument("--eval-questions", type=int, default=24, help="held-out test questions (default 24)")
     p.add_argument("--optimizer", default="sft", choices=("sft", "mapgrpo"), help="the compile (default: sft)")
-    p.add_argument("--budget-minutes", type=float, default=12.0, help="training wall-clock budget (default 12)")
+    p.add_argument("--budget-minutes", type=float, default=7.0, help="training wall-clock budget (default 7)")
     p.add_argument("--group-size", type=int, default=4, help="MAPGRPO group size G, c_best included (default 4)")
-    p.add_argument("--threads", type=int, default=16, help="concurrent questions; LM calls batch (default 16)")
+    p.add_argument("--threads", type=int, default=24, help="concurrent questions; LM calls batch (default 24)")
     p.add_argument("--model", default=None, help="LM name or local path (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<timestamp>)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -232,6 +232,8 @@ def _add_compile_parser(sub: Any) -> None:
         help="at most N optimizer steps per adapter, or per named adapter (plan=60,analysis=25)",
     )
     p.add_argument("--learning-rate", type=float, default=2e-3, help="AdamW learning rate (default: 2e-3)")
+    p.add_argument("--batch-size", type=int, default=2, help="samples per forward pass (default: 2)")
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default: 1)")
     p.add_argument("--budget-minutes", type=float, default=None, help="stop training after this much wall time")
     p.add_argument("--resume", action="store_true", help="continue a killed compile from its checkpoint in OUT")
     p.add_argument("--k", type=int, default=5, help="the program's top_k and the retriever's default k (default: 5)")
@@ -393,6 +395,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         max_steps=parse_max_steps(args.max_steps),
         resume=args.resume,
         learning_rate=args.learning_rate,
+        micro_batch_size=args.batch_size,
+        gradient_accumulation_steps=args.grad_accum,
         time_budget_minutes=args.budget_minutes,
         num_threads=args.threads,
         output_dir=str(args.out),

@@ -275,3 +275,10 @@ def test_compile_rejects_a_program_without_gold_targets_before_loading(monkeypat
         "gold-path targets for cascaded_team, d2plan, hierarchical_team, no_retrieval_cot, opera, reap, "
         "single_step_rag, stride; 'ircot' has none" in capsys.readouterr().err
     )
+
+
+def test_compile_rejects_a_bad_batch_size_before_loading(monkeypatch, capsys):
+    monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
+    assert main(["compile", "--program", "opera", "--batch-size", "0", "--out", "x"]) == 1
+    err = capsys.readouterr().err
+    assert "micro_batch_size" in err and "0" in err and "Traceback" not in err
