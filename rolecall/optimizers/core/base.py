@@ -203,8 +203,8 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
                 t0 = self.clock()
                 trained = sorted({by_name[s].adapter for s, n in state["steps"].items() if n > 0})
                 save_checkpoint(out / "checkpoints", state["global_step"], backend=backend, adapters=trained,
-                                trainers=trainers, state=state, generator=self.rng,
-                                keep=cfg.keep_checkpoints)  # fmt: skip
+                                trainers=trainers, state=state, generator=self.rng, keep=cfg.keep_checkpoints,
+                                fresh_adapters={stage.adapter}, fresh_trainers={name})  # fmt: skip
                 state["checkpoint_s"] = self.clock() - t0
             bar.update(1)
             bar.set_postfix(stage=name, loss=f"{record.get('loss/total', float('nan')):.4f}")
