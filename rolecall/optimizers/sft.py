@@ -82,9 +82,10 @@ class SFTConfig(ProgramOptions):
     OPERA's analysis role, 3e-4 left every held-out call unparsed after 7 steps, 1e-3 parsed all of them after 8, and
     2e-3 reached 44% exact completions after 24 steps (``benchmarks/bench_compile.py`` budgets ~15 minutes)."""
     micro_batch_size: int = option(2, low=1)
-    """Samples per forward/backward pass. Small steps learn more per CPU second: on OPERA's analysis role (lr 2e-3),
-    ~205 s of training gave 28% / 38% / 56% correct held-out answers with 8 / 4 / 2 samples a step, and on its plan
-    role ~245 s gave 38% (8 a step) against 53% (2 a step) whole plans right."""
+    """Samples per forward/backward pass. On 2 CPU cores the budget, not the data, runs out, and small steps learn
+    more per second: ``benchmarks/bench_sft_batch.py`` (OPERA's analysis role, ~205 s each, one process) got 22% /
+    44% / 34% of 32 held-out answers right at 8 / 4 / 2 samples a step; single runs gave 28% / 38% / 56%, and on
+    the plan role 38% (8) against 53% (2) whole plans right. Between 2 and 4 the runs disagree within their noise."""
     gradient_accumulation_steps: int = option(1, low=1)
     """Micro-batches per optimizer step (2 samples a step by default)."""
     roles: tuple[str, ...] | None = None
