@@ -161,17 +161,15 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     for name in adapters:
-        old = previous / "adapters" / name if previous is not None else None
-        reuse = fresh_adapters is not None and name not in fresh_adapters and old is not None
-        if not (reuse and _link_tree(old, tmp / "adapters" / name, "adapter_config.json")):
+        old = _unchanged(previous, Path("adapters", name), name, fresh_adapters)
+        if old is None or not _link_tree(old, tmp / "adapters" / name, "adapter_config.json"):
             backend.save_adapter(name, tmp / "adapters" / name)
     (tmp / "trainers").mkdir()
     for name, trainer in trainers.items():
-        file = f"{quote(name, safe='')}.pt"
-        old = previous / "trainers" / file if previous is not None else None
-        reuse = fresh_trainers is not None and name not in fresh_trainers and old is not None
-        if not (reuse and _link_file(old, tmp / "trainers" / file)):
-            torch.save(trainer.state_dict(), tmp / "trainers" / file)
+        part = Path("trainers", f"{quote(name, safe='')}.pt")
+        old = _unchanged(previous, part, name, fresh_trainers)
+        if old is None or not _link_file(old, tmp / part):
+            torch.save(trainer.state_dict(), tmp / part)
     torch.save(rng_state(generator), tmp / "rng.pt")
     (tmp / "state.json").write_text(json.dumps(dict(state), indent=1))
     if final.exists():  # a resumed run re-took this step: the new one replaces it
@@ -179,6 +177,13 @@ def save_checkpoint(
     os.replace(tmp, final)  # atomic on POSIX: readers see the old set of checkpoints or the new one
     _prune(root, keep)
     return final
+
+
+def _unchanged(previous: Path | None, part: Path, name: str, fresh: Collection[str] | None) -> Path | None:
+    """``part`` of the previous checkpoint when ``name`` is not in ``fresh`` (what changed since it), else None."""
+    if previous is None or fresh is None or name in fresh:
+        return None
+    return previous / part
 
 
 def _link_file(source: Path, target: Path) -> bool:
