@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rolecall.data.corpus import DEV_SUBSET_FILES, dev_subset_path
+from rolecall.demo import DemoConfig
 from rolecall.errors import ConfigError, RolecallError
 from rolecall.programs.registry import (
     get_program_class,
@@ -191,12 +192,17 @@ def _add_demo_parser(sub: Any) -> None:
         "Example:\n  rolecall demo --eval-questions 16 --budget-minutes 5",
         formatter_class=_HelpFormatter,
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic world and of training (default 0)")
-    p.add_argument("--eval-questions", type=int, default=24, help="held-out test questions (default 24)")
+    p.add_argument("--seed", type=int, default=DemoConfig.seed,
+                   help="seed of the synthetic world and of training (default %(default)s)")  # fmt: skip
+    p.add_argument("--eval-questions", type=int, default=DemoConfig.eval_questions,
+                   help="held-out test questions (default %(default)s)")  # fmt: skip
     p.add_argument("--optimizer", default="sft", choices=("sft", "mapgrpo"), help="the compile (default: sft)")
-    p.add_argument("--budget-minutes", type=float, default=7.0, help="training wall-clock budget (default 7)")
-    p.add_argument("--group-size", type=int, default=4, help="MAPGRPO group size G, c_best included (default 4)")
-    p.add_argument("--threads", type=int, default=24, help="concurrent questions; LM calls batch (default 24)")
+    p.add_argument("--budget-minutes", type=float, default=DemoConfig.budget_minutes,
+                   help="training wall-clock budget (default %(default)s)")  # fmt: skip
+    p.add_argument("--group-size", type=int, default=DemoConfig.group_size,
+                   help="MAPGRPO group size G, c_best included (default %(default)s)")  # fmt: skip
+    p.add_argument("--threads", type=int, default=DemoConfig.threads,
+                   help="concurrent questions; LM calls batch (default %(default)s)")  # fmt: skip
     p.add_argument("--model", default=None, help="LM name or local path (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<timestamp>)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -422,7 +428,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     """``rolecall demo``: prompt-only OPERA -> SFT (or MAPGRPO) -> OPERA, with the before/after table."""
-    from rolecall.demo import DemoConfig, run_demo
+    from rolecall.demo import run_demo
 
     if args.eval_questions < 1 or args.budget_minutes <= 0 or args.threads < 1:
         raise ConfigError("--eval-questions and --threads must be >= 1 and --budget-minutes > 0")
