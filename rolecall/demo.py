@@ -63,9 +63,9 @@ class DemoConfig:
 
 
 SFT_STEPS: dict[str, int] = {"plan": 240, "analysis": 160, "synthesis": 40, "rewrite": 6}
-"""The demo's SFT steps per OPERA adapter (2 samples a step), sized to the measured step costs on 2 CPU cores (plan
-~1.3 s, analysis ~3.3 s with its passages, synthesis ~1.1 s, rewrite ~2 s): ~15 minutes in all, cut to the budget at the
-same fraction for every adapter. Plans and passage reading need the most steps; synthesis mostly copies."""
+"""The demo's SFT steps per OPERA adapter (2 samples a step), sized to the step costs ``bench_compile`` measured on 2
+CPU cores (plan ~1.5 s, analysis ~3.4 s with its passages, synthesis ~1.5 s, rewrite ~2.2 s): ~15 minutes in all, cut
+to the budget at the same fraction for every adapter. Plans and passage reading get the most steps."""
 
 
 def _summary_dict(result: Any) -> dict[str, Any]:
