@@ -13,9 +13,9 @@ import dataclasses
 import logging
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -26,6 +26,8 @@ from rolecall.lm.continuous import ContinuousBatcher
 from rolecall.lm.embedded import resolve_model_path
 from rolecall.lm.generation import Completion, GenerationRequest, generate_batch
 from rolecall.lm.memory import limit_heap_fragmentation
+
+T = TypeVar("T")
 
 __all__ = ["ModelBackend", "default_lora_config"]
 
@@ -262,6 +264,14 @@ class ModelBackend:
                 self.model.load_adapter(str(path), adapter_name=name, is_trainable=True)
             self.model.eval()
             self.adapter_versions[name] = self.adapter_versions.get(name, 0) + 1
+
+    def run_on_model_thread(self, fn: Callable[[], T]) -> T:
+        """Run ``fn()`` on the thread that generates (the batcher's worker) and return its result.
+
+        Training steps go through here, so all of the model's compute stays on one thread and one CPU thread pool
+        (see :meth:`~rolecall.lm.batching.QueueBatcher.call`). ``fn`` must not wait for a generation.
+        """
+        return self.batcher.call(fn)
 
     def mark_updated(self, name: str) -> None:
         """Record that adapter ``name``'s weights changed. Trainers call this after each optimizer step; any code that

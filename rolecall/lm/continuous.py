@@ -245,7 +245,7 @@ class ContinuousBatcher(QueueBatcher):
     def _gather(self) -> list[tuple[GenerationRequest, Future]]:
         """Queued requests that fit in the running batch (blocking while there is nothing to do)."""
         if not self._rows and not self._waiting and not self._closing:
-            item = self._queue.get()
+            item = self._get()
             if item is None:
                 self._closing = True
             else:
@@ -253,7 +253,7 @@ class ContinuousBatcher(QueueBatcher):
                 deadline = time.monotonic() + self.max_wait_s
                 while (timeout := deadline - time.monotonic()) > 0:
                     try:
-                        item = self._queue.get(timeout=timeout)
+                        item = self._get(timeout=timeout)
                     except queue.Empty:
                         break
                     if item is None:
@@ -262,7 +262,7 @@ class ContinuousBatcher(QueueBatcher):
                     self._waiting.append(item)
         while True:
             try:
-                item = self._queue.get_nowait()
+                item = self._get(block=False)
             except queue.Empty:
                 break
             if item is None:

@@ -92,19 +92,22 @@ class AdapterTrainer:
             return {"train/samples": 0.0, "train/optimizer_steps": 0.0}
         size = self.config.samples_per_step
         chunks = [samples[i : i + size] for i in range(0, len(samples), size)]
+        run = getattr(self.backend, "run_on_model_thread", None)  # the generating thread: one CPU thread pool
+        results = run(lambda: self._train(chunks)) if run is not None else self._train(chunks)
+        self.backend.mark_updated(self.adapter)
+        return _merge(results)
+
+    def _train(self, chunks: list[list[TrainingSample]]) -> list[dict[str, float]]:
         model = self.backend.model
-        results = []
         with self.backend.lock:
             model.set_adapter(self.adapter)  # PEFT also freezes the other adapters' weights
             for p in self.params:
                 p.requires_grad_(True)
             model.train()
             try:
-                results = [self._optimizer_step(model, chunk) for chunk in chunks]
+                return [self._optimizer_step(model, chunk) for chunk in chunks]
             finally:
                 model.eval()
-        self.backend.mark_updated(self.adapter)
-        return _merge(results)
 
     def _optimizer_step(self, model: Any, samples: list[TrainingSample]) -> dict[str, float]:
         device = next(model.parameters()).device
