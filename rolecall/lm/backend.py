@@ -260,7 +260,9 @@ class ModelBackend:
                     self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name, is_trainable=True)
             else:
                 if name in self.adapters:
-                    self.model.delete_adapter(name)
+                    with warnings.catch_warnings():  # rows name their adapter: which one PEFT deems active is moot
+                        warnings.filterwarnings("ignore", message="Adapter .* was active which is now deleted")
+                        self.model.delete_adapter(name)
                 self.model.load_adapter(str(path), adapter_name=name, is_trainable=True)
             self.model.eval()
             self.adapter_versions[name] = self.adapter_versions.get(name, 0) + 1

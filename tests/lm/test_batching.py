@@ -71,3 +71,31 @@ def test_failure_reaches_caller_and_batcher_keeps_serving():
 def test_invalid_cap():
     with pytest.raises(ValueError, match="max_batch_rows"):
         RequestBatcher(_echo, max_batch_rows=0)
+
+
+def test_call_runs_on_the_worker_thread_and_raises_in_the_caller():
+    batcher = RequestBatcher(_echo, max_wait_ms=1)
+    assert batcher.call(lambda: threading.current_thread().name) == "rolecall-batcher"
+    with pytest.raises(ZeroDivisionError):
+        batcher.call(lambda: 1 / 0)
+    assert batcher.generate(GenerationRequest([7]))[0].text == "7"  # a failed call does not stop the worker
+    batcher.close()
+    assert batcher.call(lambda: threading.current_thread().name) == threading.current_thread().name  # closed: inline
+
+
+def test_a_call_waits_its_turn_behind_queued_requests():
+    gate = threading.Event()
+
+    def run(requests):
+        gate.wait(5)
+        return _echo(requests)
+
+    batcher = RequestBatcher(run, max_batch_rows=1, max_wait_ms=1)
+    first = batcher.submit(GenerationRequest([1]))
+    second = batcher.submit(GenerationRequest([2]))
+    with ThreadPoolExecutor(1) as pool:
+        called = pool.submit(batcher.call, lambda: second.done())
+        gate.set()
+        assert called.result(timeout=5) is True  # queued after the second request, it ran after that one was answered
+    assert first.result()[0].text == "1" and second.result()[0].text == "2"
+    batcher.close()

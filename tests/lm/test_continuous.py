@@ -247,3 +247,14 @@ def test_prefix_cache_slices_bounds_and_drops_stale():
     assert len(cache) == 1
     cache.drop_stale("plan", 1)
     assert len(cache) == 0 and cache.nbytes == 0
+
+
+def test_call_runs_between_decode_steps_of_a_running_batch(backend, smollm_tokenizer):
+    """A trainer's update queued while a request decodes runs on the batcher's thread, and the request finishes."""
+    tok = smollm_tokenizer
+    fut = backend.batcher.submit(GenerationRequest(_prompt(tok, QUESTIONS[0]), max_tokens=60, stop=("\x00never",)))
+    while backend.batcher.stats.steps < 3:
+        time.sleep(0.01)
+    seen = backend.run_on_model_thread(lambda: (threading.current_thread().name, fut.done()))
+    assert seen == ("rolecall-continuous-batcher", False)
+    assert len(fut.result(timeout=120)[0].token_ids) == 60

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 
 import pytest
 import torch
@@ -169,3 +170,18 @@ def test_the_order_of_a_steps_samples_does_not_change_its_update(lm, smollm_toke
     assert ma["loss/nll"] == pytest.approx(mb["loss/nll"], rel=1e-6)
     for p, q in zip(a.params, b.params, strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_steps_run_on_the_generating_thread(lm, monkeypatch):
+    """Every forward and backward pass runs on the batcher's thread (one CPU thread pool; see QueueBatcher.call)."""
+    threads = []
+    original = AdapterTrainer._optimizer_step
+
+    def spy(self, model, samples):
+        threads.append(threading.current_thread())
+        return original(self, model, samples)
+
+    monkeypatch.setattr(AdapterTrainer, "_optimizer_step", spy)
+    config = TrainerConfig(learning_rate=1e-2, micro_batch_size=2, gradient_accumulation_steps=1)
+    AdapterTrainer(lm.for_role("plan"), "plan", config).step(make_samples(lm))  # 4 samples: two optimizer steps
+    assert threads == [lm.backend.batcher._thread] * 2
