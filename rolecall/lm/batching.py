@@ -89,10 +89,11 @@ class QueueBatcher:
         """Run ``fn()`` on the worker thread, between two batches (or decode steps), and return what it returns.
 
         Trainers run their updates through here so that every forward and backward pass of the model happens on one
-        thread. PyTorch's CPU thread pool (OpenMP) belongs to the thread that calls it: once a second thread has
-        run parallel work there are more pool threads than cores, and the pools stop spin-waiting at their barriers,
-        which made the generation after a training step ~2x slower on 2 cores (decode step 225 -> 508 ms, measured
-        with a forward + backward pass on the main thread between two evaluations).
+        thread. PyTorch's CPU thread pool (OpenMP) belongs to the thread that calls it, so parallel work on a second
+        thread leaves the process a second pool; with more pool threads than cores (most likely through libgomp's
+        shortened barrier spinning, not confirmed) generation after a training step ran ~2x slower on 2 cores
+        (decode step 225 -> 508 ms, measured with a forward + backward pass on the main thread between two
+        evaluations; ``benchmarks/bench_model_thread.py``).
 
         Raises:
             BaseException: Whatever ``fn`` raised (re-raised in the calling thread).

@@ -92,8 +92,7 @@ class AdapterTrainer:
             return {"train/samples": 0.0, "train/optimizer_steps": 0.0}
         size = self.config.samples_per_step
         chunks = [samples[i : i + size] for i in range(0, len(samples), size)]
-        run = getattr(self.backend, "run_on_model_thread", None)  # the generating thread: one CPU thread pool
-        results = run(lambda: self._train(chunks)) if run is not None else self._train(chunks)
+        results = self.backend.run_on_model_thread(lambda: self._train(chunks))  # one thread: one CPU thread pool
         self.backend.mark_updated(self.adapter)
         return _merge(results)
 
