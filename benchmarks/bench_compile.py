@@ -9,7 +9,8 @@ For each program (default: OPERA, the one with gold-path targets so far) on the 
 Reported per row: EM with a question-bootstrap 95% interval, F1, training minutes, prompt tokens per LM call and LM
 calls per question (demo-free prompts are the point of training), and each role's parse rate. Results go to
 ``benchmarks/results/bench_compile.json`` and a markdown table beside it; the compiled program is saved under
-``--runs``.
+``--runs``. A row already in that file for another (dataset, program, method) is kept, so the table can be filled
+one program at a time (``--fresh`` starts it empty); each row records the settings it ran with.
 
 Example:
     .venv/bin/python benchmarks/bench_compile.py --test-questions 50 --train-questions 200 --budget-minutes 12
@@ -17,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
@@ -44,6 +46,28 @@ def _row(name: str, method: str, summary: Any, train_minutes: float, dataset: st
         "parse_rates": summary.parse_rates,
         "success_rate": summary.success_rate,
     }
+
+
+def _row_settings(args: Any, method: str) -> dict[str, Any]:
+    """The arguments one row of ``method`` depends on, stored with the row (the file's ``config`` is the last run's)."""
+    keys = ["test_questions", "train_questions", "threads", "seed", "option"]
+    if method == "BootstrapFewShot":
+        keys += ["bfs_demos"]
+    if method == "SFT(gold)":
+        keys += ["budget_minutes", "epochs", "max_steps", "learning_rate", "lr_schedule", "batch_size", "grad_accum"]
+    return {k: getattr(args, k) for k in keys}
+
+
+def _key(row: dict[str, Any]) -> tuple[str, str, str]:
+    return row.get("dataset", "synthetic"), row["program"], row["method"]
+
+
+def _earlier_rows(out: Path) -> list[dict[str, Any]]:
+    """The rows already in ``out`` (none when it is missing or unreadable)."""
+    try:
+        return list(json.loads(out.read_text(encoding="utf-8")).get("rows", []))
+    except (OSError, ValueError, AttributeError):
+        return []
 
 
 def _resumable(output_dir: Path, resume: bool) -> bool:
@@ -88,6 +112,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=2.0, help="SFT passes over each adapter's samples")
     parser.add_argument("--max-steps", default=None, help="SFT step cap: N, or adapter=N,adapter=N")
     parser.add_argument("--learning-rate", type=float, default=2e-3, help="SFT AdamW learning rate (default 2e-3)")
+    parser.add_argument(
+        "--lr-schedule", default="constant", choices=("constant", "linear"), help="SFT learning-rate schedule"
+    )
     parser.add_argument("--batch-size", type=int, default=2, help="SFT samples per forward pass (default 2)")
     parser.add_argument("--grad-accum", type=int, default=1, help="SFT micro-batches per optimizer step (default 1)")
     parser.add_argument("--bfs-demos", type=int, default=3, help="BootstrapFewShot bootstrapped demos per role")
@@ -107,6 +134,11 @@ def main() -> None:
         action="store_true",
         help="continue the prompt-only and BootstrapFewShot evaluations from their records.jsonl (questions already "
         "answered are kept); SFT always retrains, and its evaluation starts afresh",
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start the results file empty (default: keep its rows for other datasets, programs and methods)",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -144,10 +176,11 @@ def main() -> None:
     print(f"{args.dataset}: {len(train)} train / {len(test)} test questions, {len(corpus)} passages", flush=True)
     retriever = BM25(corpus)
     args.runs = args.runs / args.dataset
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = [] if args.fresh else _earlier_rows(Path(args.out))
 
     def record(row: dict[str, Any]) -> None:
-        rows.append(row)
+        row["settings"] = _row_settings(args, row["method"])
+        rows[:] = [r for r in rows if _key(r) != _key(row)] + [row]
         print(table([row]), flush=True)
         out = write_results({"rows": rows, "table": table(rows)}, args)  # after every row: a killed run keeps its rows
         out.with_suffix(".md").write_text(table(rows))
@@ -182,6 +215,7 @@ def main() -> None:
                 epochs=args.epochs,
                 max_steps=parse_max_steps(args.max_steps),
                 learning_rate=args.learning_rate,
+                lr_schedule=args.lr_schedule,
                 micro_batch_size=args.batch_size,
                 gradient_accumulation_steps=args.grad_accum,
                 time_budget_minutes=args.budget_minutes,

@@ -238,6 +238,12 @@ def _add_compile_parser(sub: Any) -> None:
         help="at most N optimizer steps per adapter, or per named adapter (plan=60,analysis=25)",
     )
     p.add_argument("--learning-rate", type=float, default=2e-3, help="AdamW learning rate (default: 2e-3)")
+    p.add_argument(
+        "--lr-schedule",
+        default="constant",
+        choices=("constant", "linear"),
+        help="linear: the learning rate falls to 0 over each adapter's steps or the budget (default: %(default)s)",
+    )
     p.add_argument("--batch-size", type=int, default=2, help="samples per forward pass (default: 2)")
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default: 1)")
     p.add_argument("--budget-minutes", type=float, default=None, help="stop training after this much wall time")
@@ -401,6 +407,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         max_steps=parse_max_steps(args.max_steps),
         resume=args.resume,
         learning_rate=args.learning_rate,
+        lr_schedule=args.lr_schedule,
         micro_batch_size=args.batch_size,
         gradient_accumulation_steps=args.grad_accum,
         time_budget_minutes=args.budget_minutes,

@@ -38,7 +38,7 @@ import dspy
 from tqdm.auto import tqdm
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.core.budget import Schedule, check_budget, next_stage
+from rolecall.optimizers.core.budget import Schedule, check_budget, next_stage, stage_progress
 from rolecall.optimizers.core.checkpoint import (
     load_checkpoint,
     rng_state,
@@ -197,6 +197,7 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
                 trainers[name] = AdapterTrainer(backend, stage.adapter, stage.trainer)
                 if name in saved_trainers:
                     trainers[name].load_state_dict(saved_trainers[name])
+            trainers[name].set_progress(stage_progress(name, planned, state, cfg.time_budget_s, cfg.schedule))
             record = self._step(ctx, trainers[name])
             self._account(state, ctx, record, elapsed0 + self.clock() - clock)
             if out is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-__all__ = ["Schedule", "check_budget", "next_stage", "step_cost"]
+__all__ = ["Schedule", "check_budget", "next_stage", "stage_progress", "step_cost"]
 
 Schedule = Literal["sequential", "interleaved"]
 """``sequential``: stage after stage (MAPGRPO); ``interleaved``: one step of each stage in turn (SFT)."""
@@ -45,6 +45,35 @@ def next_stage(planned: Mapping[str, int], state: Mapping, schedule: Schedule) -
     if schedule == "sequential":
         return open_[0]
     return min(open_, key=lambda s: state["steps"].get(s, 0) / planned[s])  # ties: the earlier stage
+
+
+def _share(stage: str, state: Mapping, allotment: Mapping, cost: float) -> float:
+    """The seconds of the budget a sequential stage gets (module docstring): its part of the demand when it started."""
+    demand = {s: n * (step_cost(state, s) or cost) for s, n in allotment["remaining"].items()}
+    return allotment["budget_s"] * demand[stage] / (sum(demand.values()) or 1.0)
+
+
+def stage_progress(
+    stage: str, planned: Mapping[str, int], state: Mapping, budget_s: float | None, schedule: Schedule
+) -> float:
+    """How far ``stage`` is through its training, in [0, 1], before its next step: the larger of its fraction of
+    planned steps done and of its time spent (the whole budget when interleaved, its share when sequential).
+    A learning-rate schedule follows it, so a run the budget stops early still ends its schedule.
+
+    Example:
+        >>> state = {"steps": {"a": 5}, "costs": {}, "elapsed_s": 30.0, "allotments": {}, "stopped": {}}
+        >>> stage_progress("a", {"a": 20}, state, 60.0, "interleaved")
+        0.5
+    """
+    progress = state["steps"].get(stage, 0) / max(1, planned[stage])
+    if budget_s is not None:
+        if schedule == "interleaved":
+            progress = max(progress, state["elapsed_s"] / budget_s)
+        elif (allotment := state["allotments"].get(stage)) is not None:
+            cost = step_cost(state, stage)
+            share = _share(stage, state, allotment, cost) if cost is not None else allotment["budget_s"]
+            progress = max(progress, (state["elapsed_s"] - allotment["start_s"]) / (share or 1.0))
+    return min(1.0, progress)
 
 
 def check_budget(
@@ -74,8 +103,7 @@ def check_budget(
         return f"time budget of {budget_s:.1f}s spent ({left:.1f}s left, a {stage} step takes about {cost:.1f}s)"
     if allotment is None:
         return None
-    demand = {s: n * (step_cost(state, s) or cost) for s, n in allotment["remaining"].items()}
-    share = allotment["budget_s"] * demand[stage] / (sum(demand.values()) or 1.0)
+    share = _share(stage, state, allotment, cost)
     if elapsed - allotment["start_s"] + cost / 2 > share:
         return f"the stage's share of the time budget ({share:.1f}s of {budget_s:.1f}s) is spent"
     return None

@@ -10,10 +10,13 @@ from rolecall.errors import ConfigError
 from rolecall.optimizers.core.losses import LOSSES
 from rolecall.optimizers.grpo.loss import LossType
 
-__all__ = ["LossName", "TrainerConfig"]
+__all__ = ["LRSchedule", "LossName", "TrainerConfig"]
 
 LossName = Literal["nll", "grpo", "dpo", "token_advantage"]
 """The losses of :data:`rolecall.optimizers.core.losses.LOSSES`."""
+
+LRSchedule = Literal["constant", "linear"]
+"""``constant``: ``learning_rate`` throughout; ``linear``: from ``learning_rate`` down to 0 over the stage."""
 
 
 @dataclass(kw_only=True)
@@ -32,6 +35,10 @@ class TrainerConfig:
     """The loss, by name: ``nll`` (completion-only SFT), ``grpo``, ``dpo`` (sigmoid), ``token_advantage`` (OPD)."""
     learning_rate: float = 3e-4
     """AdamW learning rate. 3e-4 fits LoRA SFT of a 135M model (issue 14's feasibility runs); RL uses ~1e-5..1e-6."""
+    lr_schedule: LRSchedule = "constant"
+    """``linear`` scales the learning rate by ``1 - progress``, where progress is the larger of the stage's fraction
+    of planned steps done and of its time budget spent (so a budget that runs out first still ends near 0), as TRL's
+    ``lr_scheduler_type="linear"`` does over its steps (without warm-up)."""
     weight_decay: float = 0.0
     """AdamW decoupled weight decay on the LoRA parameters (0.0: LoRA is already a small update)."""
     adam_betas: tuple[float, float] = (0.9, 0.999)
@@ -64,6 +71,8 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
             raise ConfigError(f"loss={self.loss!r} is unknown; valid losses are {sorted(LOSSES)}.")
+        if self.lr_schedule not in get_args(LRSchedule):
+            raise ConfigError(f"lr_schedule={self.lr_schedule!r}; valid options are {list(get_args(LRSchedule))}.")
         if self.grpo_loss_type not in get_args(LossType):
             raise ConfigError(f"grpo_loss_type={self.grpo_loss_type!r}; valid options are {list(get_args(LossType))}.")
         _positive("learning_rate", self.learning_rate)

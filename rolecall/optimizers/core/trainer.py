@@ -63,6 +63,20 @@ class AdapterTrainer:
         )
         self.steps = 0
 
+    def set_progress(self, progress: float) -> float:
+        """Sets the learning rate for ``progress`` in [0, 1] through the stage (``config.lr_schedule``); returns it.
+
+        Example:
+            >>> trainer.set_progress(0.25)  # lr_schedule="linear", learning_rate=2e-3   # doctest: +SKIP
+            0.0015
+        """
+        progress = min(1.0, max(0.0, float(progress)))
+        scale = 1.0 - progress if self.config.lr_schedule == "linear" else 1.0
+        lr = self.config.learning_rate * scale
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
     @property
     def token_normalized(self) -> bool:
         """Whether the loss divides by the optimizer step's target tokens (else it is a mean over its samples)."""

@@ -22,7 +22,7 @@ import torch
 
 from rolecall.lm import LocalLM
 from rolecall.optimizers.core.base import Stage, StepContext, WeightOptimizer, WeightOptimizerConfig
-from rolecall.optimizers.core.budget import check_budget, next_stage
+from rolecall.optimizers.core.budget import check_budget, next_stage, stage_progress
 from rolecall.optimizers.core.checkpoint import latest_checkpoint
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.sample import TrainingSample
@@ -219,3 +219,32 @@ def test_the_budget_is_split_by_measured_cost():
     run = simulate({"a": 2, "b": 4}, {"a": 1.0, "b": 1.0}, budget=4.0, schedule="interleaved")
     assert run["order"] == ["a", "b", "b", "a"] and run["steps"] == {"a": 2, "b": 2}
     assert simulate({"a": 3, "b": 3}, {"a": 1.0, "b": 2.0}, budget=100.0, schedule="sequential")["stopped"] == {}
+
+
+def test_stage_progress_is_the_larger_of_steps_done_and_time_spent():
+    state: dict[str, Any] = {"steps": {"a": 2, "b": 0}, "costs": {"a": [2.0, 2]}, "elapsed_s": 2.0,
+                             "allotments": {}, "stopped": {}}  # fmt: skip
+    assert stage_progress("a", {"a": 8, "b": 8}, state, None, "interleaved") == 0.25  # no budget: steps only
+    assert stage_progress("a", {"a": 8, "b": 8}, state, 4.0, "interleaved") == 0.5  # half the budget spent
+    state["elapsed_s"] = 9.0
+    assert stage_progress("a", {"a": 8, "b": 8}, state, 4.0, "interleaved") == 1.0  # clamped
+    # sequential: the time spent in the stage against its share (a: 8 of 16 remaining unit-cost steps of 10 s -> 5 s)
+    state = {"steps": {"a": 1}, "costs": {"a": [1.0, 1]}, "elapsed_s": 3.0, "stopped": {},
+             "allotments": {"a": {"start_s": 2.0, "budget_s": 10.0, "remaining": {"a": 8, "b": 8}}}}  # fmt: skip
+    assert stage_progress("a", {"a": 8, "b": 8}, state, 10.0, "sequential") == pytest.approx(1 / 5)
+
+
+def test_a_linear_schedule_lowers_the_learning_rate_every_step(lm, tmp_path):
+    class Linear(ToyNLL):
+        def stages(self, student: Any, trainset: Any) -> list[Stage]:
+            return [dataclasses.replace(s, trainer=dataclasses.replace(s.trainer, lr_schedule="linear"))
+                    for s in super().stages(student, trainset)]  # fmt: skip
+
+    optimizer = Linear(WeightOptimizerConfig(show_progress=False), steps=(4, 2))
+    optimizer.compile(lm, trainset=[])
+    lrs = [(r["stage"], r["lr"]) for r in optimizer.history]
+    assert lrs == [("s0", pytest.approx(1e-2 * f)) for f in (1, 0.75, 0.5, 0.25)] + [
+        ("s1", pytest.approx(1e-2)), ("s1", pytest.approx(5e-3))]  # fmt: skip
+    constant = ToyNLL(WeightOptimizerConfig(show_progress=False), steps=(2, 1))
+    constant.compile(lm, trainset=[])
+    assert [r["lr"] for r in constant.history] == [pytest.approx(1e-2)] * 3

@@ -151,6 +151,7 @@ def test_checks_and_optimizer_state_round_trip(lm):
         ({"adam_betas": (0.9, 1.0)}, "adam_betas"),
         ({"temperature": 0.0}, "temperature"),
         ({"grpo_loss_type": "ppo"}, "grpo_loss_type"),
+        ({"lr_schedule": "cosine"}, "lr_schedule"),
         ({"loss": "grpo", "grpo_loss_type": "dr_grpo"}, "max_completion_length"),
     ],
 )
