@@ -113,7 +113,10 @@ def main() -> None:
     parser.add_argument("--max-steps", default=None, help="SFT step cap: N, or adapter=N,adapter=N")
     parser.add_argument("--learning-rate", type=float, default=2e-3, help="SFT AdamW learning rate (default 2e-3)")
     parser.add_argument(
-        "--lr-schedule", default="constant", choices=("constant", "linear"), help="SFT learning-rate schedule"
+        "--lr-schedule",
+        default="linear",
+        choices=("constant", "linear"),
+        help="SFT learning-rate schedule (default: linear)",
     )
     parser.add_argument("--batch-size", type=int, default=2, help="SFT samples per forward pass (default 2)")
     parser.add_argument("--grad-accum", type=int, default=1, help="SFT micro-batches per optimizer step (default 1)")
@@ -176,11 +179,14 @@ def main() -> None:
     print(f"{args.dataset}: {len(train)} train / {len(test)} test questions, {len(corpus)} passages", flush=True)
     retriever = BM25(corpus)
     args.runs = args.runs / args.dataset
-    rows: list[dict[str, Any]] = [] if args.fresh else _earlier_rows(Path(args.out))
+    if args.fresh:
+        Path(args.out).unlink(missing_ok=True)
+    rows: list[dict[str, Any]] = []
 
     def record(row: dict[str, Any]) -> None:
         row["settings"] = _row_settings(args, row["method"])
-        rows[:] = [r for r in rows if _key(r) != _key(row)] + [row]
+        # re-read the file: another run may have written rows since this one started
+        rows[:] = [r for r in _earlier_rows(Path(args.out)) if _key(r) != _key(row)] + [row]
         print(table([row]), flush=True)
         out = write_results({"rows": rows, "table": table(rows)}, args)  # after every row: a killed run keeps its rows
         out.with_suffix(".md").write_text(table(rows))

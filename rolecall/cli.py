@@ -110,9 +110,11 @@ def _add_eval_parser(sub: Any) -> None:
     )
     data.add_argument(
         "--split",
-        default="test",
-        choices=("train", "dev", "test"),
-        help="synthetic split to evaluate (default: %(default)s)",
+        default=None,
+        choices=("train", "dev", "test", "all"),
+        help="which questions: the synthetic world's split (default: test); for hotpotqa / 2wiki / musique, train and "
+        "test are the 80%% / 20%% of a stable hash of the question id (what `rolecall compile` trains on / holds out), "
+        "all (the default) the whole file",
     )
     data.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default: %(default)s)")
     data.add_argument("--limit", type=int, default=None, metavar="N", help="evaluate only the first N examples")
@@ -220,14 +222,22 @@ def _add_compile_parser(sub: Any) -> None:
         "Writes OUT/program.json, OUT/adapters/<adapter>/, OUT/metrics.jsonl, OUT/loss.png.",
         epilog="examples:\n"
         "  rolecall compile --program opera --optimizer sft --dataset synthetic --out runs/opera-sft\n"
-        "  rolecall eval --load runs/opera-sft --dataset synthetic --limit 100",
+        "  rolecall eval --load runs/opera-sft --dataset synthetic --limit 100\n"
+        "  rolecall compile --program opera --dataset musique --out runs/opera-musique\n"
+        "  rolecall eval --load runs/opera-musique --dataset musique --split test",
         formatter_class=_HelpFormatter,
     )
     p.add_argument("--program", required=True, choices=program_names(), help="the program to train")
     p.add_argument("--optimizer", default="sft", choices=("sft",), help="the weight optimizer (default: %(default)s)")
     p.add_argument(
-        "--dataset", default="synthetic", choices=("synthetic",), help="training data (default: %(default)s)"
+        "--dataset",
+        default="synthetic",
+        choices=("synthetic", "hotpotqa", "2wiki", "musique"),
+        help="training data: the synthetic world's train split, or the 80%% train side of a real dev subset's "
+        "hash split (`rolecall eval --split test` holds out the rest; default: %(default)s)",
     )
+    p.add_argument("--data-path", type=Path, default=None, metavar="FILE",
+                   help="the hotpotqa / 2wiki / musique file (default: its subset in ../shared/data)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default: %(default)s)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="train on the first N training questions")
     p.add_argument("--epochs", type=float, default=2.0, help="passes over each adapter's samples (default: 2)")
@@ -240,7 +250,7 @@ def _add_compile_parser(sub: Any) -> None:
     p.add_argument("--learning-rate", type=float, default=2e-3, help="AdamW learning rate (default: 2e-3)")
     p.add_argument(
         "--lr-schedule",
-        default="constant",
+        default="linear",
         choices=("constant", "linear"),
         help="linear: the learning rate falls to 0 over each adapter's steps or the budget (default: %(default)s)",
     )
@@ -306,16 +316,21 @@ def _load_data(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
         from rolecall.data.synthetic import synthetic_world
 
         world = synthetic_world(seed=args.seed)
-        examples, corpus = world.splits[args.split], world.corpus
+        split = args.split or "test"
+        if split == "all":
+            examples = [e for name in ("train", "dev", "test") for e in world.splits[name]]
+        else:
+            examples = world.splits[split]
+        corpus = world.corpus
     elif args.dataset == "flashrag":
         if args.data_path is None:
             raise ConfigError("--dataset flashrag needs --data-path (a FlashRAG {id, question, golden_answers} JSONL)")
         path = _existing(args.data_path, "--data-path")
-        examples = load_dataset("flashrag", path)
+        examples = _split_of(load_dataset("flashrag", path), args.split or "all", "flashrag")
         corpus_path = corpus_path or path.parent / "corpus.jsonl"
     else:
         path = _existing(args.data_path or DEFAULT_DATA_PATHS[args.dataset], "--data-path")
-        examples = load_dataset(args.dataset, path)
+        examples = _split_of(load_dataset(args.dataset, path), args.split or "all", args.dataset)
         if corpus_path is None:
             corpus = build_corpus(args.dataset, path, level=args.corpus_level)
     if corpus_path is not None:
@@ -324,6 +339,18 @@ def _load_data(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
         examples = examples[: args.limit]
     logger.info("dataset %s: %d examples, corpus of %d documents", args.dataset, len(examples), len(corpus))
     return list(examples), list(corpus)
+
+
+def _split_of(examples: list[Any], split: str, dataset: str) -> list[Any]:
+    """``train`` / ``test``: the 80% / 20% hash split of a real dataset (``rolecall.data.hash_split``); ``all``."""
+    from rolecall.data import hash_split
+
+    if split == "all":
+        return list(examples)
+    if split == "dev":
+        raise ConfigError(f"--split dev exists only for the synthetic world; {dataset} has train, test (80/20) and all")
+    train, test = hash_split(examples, fraction=0.8)
+    return train if split == "train" else test
 
 
 def _build_retriever(kind: str, corpus: list[Any], k: int) -> Any:
@@ -415,12 +442,20 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         output_dir=str(args.out),
         show_progress=not args.no_progress,
     )
-    world = synthetic_world(seed=args.seed)
-    trainset = world.train[: args.limit] if args.limit else world.train
+    if args.dataset == "synthetic":
+        world = synthetic_world(seed=args.seed)
+        trainset, corpus = list(world.train), list(world.corpus)
+    else:
+        from rolecall.data.corpus import build_corpus, load_dataset
+
+        path = _existing(args.data_path or DEFAULT_DATA_PATHS[args.dataset], "--data-path")
+        trainset = _split_of(load_dataset(args.dataset, path), "train", args.dataset)
+        corpus = list(build_corpus(args.dataset, path))
+    trainset = trainset[: args.limit] if args.limit else trainset
     lm = LocalLM(args.model or DEFAULT_LM)
     if "top_k" not in options and "top_k" in option_names(get_program_class(args.program)):
         options["top_k"] = args.k
-    program = build_program(args.program, _build_retriever("bm25", world.corpus, args.k), lm, **options)
+    program = build_program(args.program, _build_retriever("bm25", corpus, args.k), lm, **options)
     started = time.perf_counter()
     program.compile(optimizer=optimizer, trainset=trainset)
     program.save(args.out)

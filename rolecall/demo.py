@@ -64,8 +64,9 @@ class DemoConfig:
 
 SFT_STEPS: dict[str, int] = {"plan": 240, "analysis": 160, "synthesis": 40, "rewrite": 6}
 """The demo's SFT steps per OPERA adapter (2 samples a step), sized to the step costs ``bench_compile`` measured on 2
-CPU cores (plan ~1.5 s, analysis ~3.4 s with its passages, synthesis ~1.5 s, rewrite ~2.2 s): ~15 minutes in all, cut
-to the budget at the same fraction for every adapter. Plans and passage reading get the most steps."""
+CPU cores (plan ~1.7 s, analysis ~4.0 s with its passages, synthesis ~1.8 s, rewrite ~2.2 s): ~15 minutes in all, cut
+to the budget at the same fraction for every adapter, with SFT's linear learning-rate decay over the budget. Plans and
+passage reading get the most steps."""
 
 
 def _summary_dict(result: Any) -> dict[str, Any]:

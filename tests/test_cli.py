@@ -282,3 +282,43 @@ def test_compile_rejects_a_bad_batch_size_before_loading(monkeypatch, capsys):
     assert main(["compile", "--program", "opera", "--batch-size", "0", "--out", "x"]) == 1
     err = capsys.readouterr().err
     assert "micro_batch_size" in err and "0" in err and "Traceback" not in err
+
+
+def test_eval_split_of_a_real_dataset_is_the_compile_hash_split(fake_program, shared_data, tmp_path, monkeypatch):
+    """--split train / test of a real dataset are the 80/20 hash split `rolecall compile` trains on / holds out."""
+    from rolecall.cli import DEFAULT_DATA_PATHS
+    from rolecall.data import hash_split
+    from rolecall.data.corpus import load_dataset
+
+    monkeypatch.chdir(REPO_ROOT)
+    train, test = hash_split(load_dataset("musique", DEFAULT_DATA_PATHS["musique"]), fraction=0.8)
+    seen = {}
+    for split in ("train", "test", None):
+        argv = ["eval", "--program", "fake_rag", "--dataset", "musique", "--no-progress"]
+        argv += ["--split", split] if split else []
+        assert main([*argv, "--out", str(tmp_path / str(split))]) == 0
+        records = (tmp_path / str(split) / "records.jsonl").read_text().splitlines()
+        seen[split] = {json.loads(line)["id"] for line in records}
+    assert seen["train"] == {e.id for e in train} and seen["test"] == {e.id for e in test}
+    assert seen[None] == seen["train"] | seen["test"] and not seen["train"] & seen["test"]  # default: the whole file
+    assert main(["eval", "--program", "fake_rag", "--dataset", "musique", "--split", "dev", "--out", "x"]) == 1
+
+
+def test_compile_on_a_real_dataset_trains_on_its_train_side(tmp_path, tiny_model, smollm_tokenizer, shared_data,
+                                                            monkeypatch, capsys):  # fmt: skip
+    monkeypatch.chdir(REPO_ROOT)
+    model_dir, saved = tmp_path / "tiny", tmp_path / "compiled"
+    tiny_model.save_pretrained(model_dir)
+    smollm_tokenizer.save_pretrained(model_dir)
+    argv = ["compile", "--program", "opera", "--dataset", "musique", "--limit", "2", "--max-steps", "1"]
+    assert main([*argv, "--model", str(model_dir), "--out", str(saved), "--no-progress", "--threads", "2"]) == 0
+    assert "opera compiled with sft on 2 musique questions" in capsys.readouterr().out
+    from rolecall.cli import DEFAULT_DATA_PATHS
+    from rolecall.data import hash_split
+    from rolecall.data.corpus import load_dataset
+
+    train, _ = hash_split(load_dataset("musique", DEFAULT_DATA_PATHS["musique"]), fraction=0.8)
+    samples = [json.loads(line) for line in (saved / "samples.jsonl").read_text().splitlines()]
+    assert {s["role"] for s in samples} >= {"plan", "analysis"} and (saved / "program.json").is_file()
+    plans = [smollm_tokenizer.decode(s["prompt_ids"]) for s in samples if s["role"] == "plan"]
+    assert len(plans) == 2 and all(e.question in p for e, p in zip(train[:2], plans, strict=True))
