@@ -1,9 +1,11 @@
-"""Does compiling make a program better? Prompt-only vs SFT(gold) on the synthetic world, in one process.
+"""Does compiling make a program better? Prompt-only, BootstrapFewShot and SFT(gold), in one process.
 
-For each program (default: OPERA, the one with gold-path targets so far) on the embedded SmolLM2-135M:
+For each program (default: OPERA; every program in ``rolecall.optimizers.sft.GOLD_BUILDERS`` has gold-path targets)
+on the embedded SmolLM2-135M:
 
 1. prompt-only: the program with its built-in few-shot demos, evaluated on held-out test questions;
-2. SFT(gold): the same program compiled with ``rolecall.optimizers.SFT`` on training questions (each adapter trained
+2. BootstrapFewShot (``--methods bfs``): DSPy's demo bootstrapping on the training questions, then evaluated;
+3. SFT(gold): the same program compiled with ``rolecall.optimizers.SFT`` on training questions (each adapter trained
    on its own demo-free prompts along the gold path, within a wall-clock budget), evaluated on the same questions.
 
 Reported per row: EM with a question-bootstrap 95% interval, F1, training minutes, prompt tokens per LM call and LM

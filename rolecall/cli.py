@@ -201,6 +201,9 @@ def _add_demo_parser(sub: Any) -> None:
     p.add_argument("--optimizer", default="sft", choices=("sft", "mapgrpo"), help="the compile (default: sft)")
     p.add_argument("--budget-minutes", type=float, default=DemoConfig.budget_minutes,
                    help="training wall-clock budget (default %(default)s)")  # fmt: skip
+    p.add_argument("--lr-schedule", default=DemoConfig.lr_schedule, choices=("constant", "linear"),
+                   help="SFT learning-rate schedule (default %(default)s: the short budget trains too few steps "
+                   "to decay over)")  # fmt: skip
     p.add_argument("--group-size", type=int, default=DemoConfig.group_size,
                    help="MAPGRPO group size G, c_best included (default %(default)s)")  # fmt: skip
     p.add_argument("--threads", type=int, default=DemoConfig.threads,
@@ -479,6 +482,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         eval_questions=args.eval_questions,
         optimizer=args.optimizer,
         budget_minutes=args.budget_minutes,
+        lr_schedule=args.lr_schedule,
         group_size=args.group_size,
         threads=args.threads,
         out=args.out,

@@ -160,6 +160,9 @@ def test_max_steps_may_cap_each_adapter_on_its_own(world, lm):
     sft = SFT(epochs=5, max_steps={"plan": 2, "synthesis": 1}, roles=("plan", "synthesis"), show_progress=False)
     program.compile(optimizer=sft, trainset=world.train)
     assert sorted((r["adapter"], r["step"]) for r in sft.history) == [("plan", 1), ("plan", 2), ("synthesis", 1)]
+    # the default linear schedule: plan's lr halves at its second of two steps; synthesis's one step runs at 2e-3
+    assert sorted((r["adapter"], r["lr"]) for r in sft.history) == [
+        ("plan", pytest.approx(1e-3)), ("plan", pytest.approx(2e-3)), ("synthesis", pytest.approx(2e-3))]  # fmt: skip
     with pytest.raises(ConfigError, match="max_steps"):
         SFT(max_steps={"plan": "many"})
 
