@@ -15,7 +15,10 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the CLI reads DemoConfig's defaults before anything heavy loads
+    from rolecall.optimizers.core.config import LRSchedule
 
 __all__ = ["DemoConfig", "run_demo", "comparison_table", "plot_training_curve"]
 
@@ -50,7 +53,7 @@ class DemoConfig:
     """Wall-clock budget of the training loop."""
     max_steps: dict[str, int] | None = None
     """SFT optimizer steps per adapter (default :data:`SFT_STEPS`)."""
-    lr_schedule: str = "constant"
+    lr_schedule: LRSchedule = "constant"
     """SFT's learning-rate schedule. ``constant`` here, unlike SFT's default ``linear``: the 7-minute budget stops
     the plan adapter near 85 steps, and decaying the rate over so few left the plans unlearned (the demo's EM stayed
     8.3 -> 8.3 with ``linear``; 8.3 -> 25.0 at a constant rate). Over 15 minutes (~180 plan steps) ``linear`` is the
@@ -70,8 +73,8 @@ class DemoConfig:
 SFT_STEPS: dict[str, int] = {"plan": 240, "analysis": 160, "synthesis": 40, "rewrite": 6}
 """The demo's SFT steps per OPERA adapter (2 samples a step), sized to the step costs ``bench_compile`` measured on 2
 CPU cores (plan ~1.7 s, analysis ~4.0 s with its passages, synthesis ~1.8 s, rewrite ~2.2 s): ~15 minutes in all, cut
-to the budget at the same fraction for every adapter, with SFT's linear learning-rate decay over the budget. Plans and
-passage reading get the most steps."""
+to the budget at the same fraction for every adapter (at a constant learning rate: see ``DemoConfig.lr_schedule``).
+Plans and passage reading get the most steps."""
 
 
 def _summary_dict(result: Any) -> dict[str, Any]:

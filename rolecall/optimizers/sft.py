@@ -28,7 +28,7 @@ from rolecall.data.types import Example
 from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match
 from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
-from rolecall.optimizers.core.config import TrainerConfig
+from rolecall.optimizers.core.config import LRSchedule, TrainerConfig
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
 from rolecall.optimizers.core.stage import Stage, StepContext
@@ -81,7 +81,7 @@ class SFTConfig(ProgramOptions):
     """AdamW learning rate. 2e-3 for the default LoRA (r=8, alpha=32, top half of the layers) on a 135M model: on
     OPERA's analysis role, 3e-4 left every held-out call unparsed after 7 steps, 1e-3 parsed all of them after 8, and
     2e-3 reached 44% exact completions after 24 steps (``benchmarks/bench_compile.py`` budgets ~15 minutes)."""
-    lr_schedule: Literal["constant", "linear"] = "linear"
+    lr_schedule: LRSchedule = "linear"
     """``linear``: the learning rate falls to 0 over each adapter's planned steps, or over the time budget when that
     runs out first (see ``TrainerConfig.lr_schedule``); ``constant`` keeps ``learning_rate``. On OPERA's plan role
     (180 two-sample steps at 2e-3) linear decay got 75% of 60 held-out plans exactly right, constant 58%; end to end
