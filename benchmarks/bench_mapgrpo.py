@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     config = MAPGRPOConfig(
         group_size=args.group_size,
         time_budget_s=args.budget_minutes * 60,
-        expert_gradient=True,
+        expert_gradient=True,  # off-policy guidance (c_best gets a gradient), not the paper's Eq. 11
         output_dir=run_dir,
         num_threads=args.threads,
         seed=args.seed,

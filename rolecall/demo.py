@@ -195,7 +195,8 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         )
     program.save(out / "program")
     b, a = _summary_dict(before), _summary_dict(after)
-    method = "SFT" if config.optimizer == "sft" else "MAPGRPO"
+    # the demo's MAPGRPO gives c_best a gradient (expert_gradient=True): off-policy guidance, not the paper's Eq. 11
+    method = "SFT" if config.optimizer == "sft" else "MAPGRPO + off-policy guidance"
     table = comparison_table(b, a, method)
     (out / "table.md").write_text(table + "\n", encoding="utf-8")
     if config.optimizer == "sft":

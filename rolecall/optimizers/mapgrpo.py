@@ -23,7 +23,6 @@ import logging
 import math
 import random
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dspy
@@ -36,7 +35,8 @@ from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.grpo.advantages import group_advantages
 from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
-from rolecall.optimizers.mapgrpo_roles import OperaRoleTasks, RoleInput, as_gold_record
+from rolecall.optimizers.mapgrpo_roles import OperaRoleTasks, RoleInput, as_gold_record, plan_of
+from rolecall.programs.core.parallel import parallel_map
 
 __all__ = ["MAPGRPO"]
 
@@ -126,76 +126,117 @@ class MAPGRPO(WeightOptimizer):
         )
 
     def generate(self, ctx: StepContext, batch: list[RoleInput]) -> dict[str, Any]:
-        """G-1 samples per input from the current policy (one prefill per prompt, the groups batched)."""
+        """G-1 samples per input from the current policy (one prefill per prompt, the groups batched), plus the
+        extra samples best-of-N experts are picked from, in the same batch."""
         cfg, role = self.mapgrpo_config, ctx.stage.name
         predictor, view = self.program.roles[role], self.views[role]
         role_adapter = getattr(self.program, "role_adapter", None)
         adapter = (role_adapter(role) if role_adapter else None) or dspy.settings.adapter or dspy.ChatAdapter()
         messages = [adapter.format(predictor.signature, _demos(predictor), item.inputs) for item in batch]
+        seed = cfg.seed * 7919 + ctx.step
+        n = cfg.policy_samples + (cfg.expert_samples if cfg.expert == "best_of_n" else 0)
+        groups = view.sample(messages, n=n, seed=seed, logprobs=True, **self._sampling(role))
+        extras = [g[cfg.policy_samples :] for g in groups]
+        groups = [g[: cfg.policy_samples] for g in groups]
+        return {"batch": batch, "messages": messages, "groups": groups, "extras": extras, "adapter": adapter,
+                "seed": seed}  # fmt: skip
+
+    def _sampling(self, role: str) -> dict[str, Any]:
+        """The role's own stop strings and token budget, with the policy's temperature and nucleus mass."""
+        cfg = self.mapgrpo_config
         lm_kwargs = getattr(self.program, "lm_kwargs", {})
         role_kwargs = {**lm_kwargs.get("*", {}), **lm_kwargs.get(role, {})}
-        seed = cfg.seed * 7919 + ctx.step
-        groups = view.sample(
-            messages,
-            n=cfg.policy_samples,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            max_tokens=min(cfg.max_completion_length, role_kwargs.get("max_tokens", cfg.max_completion_length)),
-            stop=tuple(role_kwargs.get("stop", ())),
-            seed=seed,
-            logprobs=True,
-        )
-        return {"batch": batch, "messages": messages, "groups": groups, "adapter": adapter, "seed": seed}
+        return {
+            "temperature": cfg.temperature,
+            "top_p": cfg.top_p,
+            "max_tokens": min(cfg.max_completion_length, role_kwargs.get("max_tokens", cfg.max_completion_length)),
+            "stop": tuple(role_kwargs.get("stop", ())),
+        }
 
     def score(self, ctx: StepContext, generated: dict[str, Any]) -> tuple[list[TrainingSample], dict[str, float]]:
-        """Parse and score the candidates, add c_best to each group, and turn the groups into GRPO samples."""
+        """Parse and score the candidates, add c_best to each group, and turn the groups into GRPO samples.
+
+        Plan candidates, extra best-of-N samples and expert plans of the whole step are executed in one concurrent
+        wave (each distinct plan once). A group whose on-policy rewards are all equal carries no GRPO signal: it is
+        skipped and counted (``groups/skipped``).
+        """
         cfg, role = self.mapgrpo_config, ctx.stage.name
         predictor, view, tasks = self.program.roles[role], self.views[role], self.tasks
         batch, messages, groups = generated["batch"], generated["messages"], generated["groups"]
-        adapter, seed = generated["adapter"], generated["seed"]
-        experts: list[dict[str, Any] | None] = [None] * len(batch)
-        parsed_counts = [0] * len(batch)
+        adapter, extras = generated["adapter"], generated["extras"]
+        outputs = [[_parse(adapter, predictor.signature, c.text) for c in g] for g in groups]
+        extra_outputs = [[_parse(adapter, predictor.signature, c.text) for c in g] for g in extras]
+        gold = [tasks.gold_expert(role, item) if cfg.expert == "gold" else None for item in batch]
+        if role == "plan":  # one wave of executions for the step; score_one reads them from the cache
+            wave = []
+            for item, outs, more, expert_out in zip(batch, outputs, extra_outputs, gold, strict=True):
+                wave += [(item.record.question, plan) for plan in _plans([*outs, *more, expert_out])]
+            tasks.execute_plans(wave)
 
-        def score_one(i: int) -> tuple[list[tuple[float, dict]], tuple[float, dict] | None]:
-            outputs = [_parse(adapter, predictor.signature, c.text) for c in groups[i]]
-            parsed_counts[i] = sum(o is not None for o in outputs)
-            scored = tasks.score(role, batch[i], outputs)
-            experts[i] = self._expert(role, batch[i], tasks, view, adapter, predictor, messages[i], seed + i)
-            return scored, (tasks.score(role, batch[i], [experts[i]])[0] if experts[i] is not None else None)
+        def score_one(i: int) -> tuple[list[tuple[float, dict]], tuple[float, dict] | None, dict[str, Any] | None]:
+            scored = tasks.score(role, batch[i], outputs[i])
+            expert_out = gold[i]
+            if cfg.expert == "best_of_n" and extra_outputs[i]:
+                extra_scored = tasks.score(role, batch[i], extra_outputs[i])
+                best = max(range(len(extra_scored)), key=lambda j: extra_scored[j][0])
+                return scored, extra_scored[best], extra_outputs[i][best]
+            expert = tasks.score(role, batch[i], [expert_out])[0] if expert_out is not None else None
+            return scored, expert, expert_out
 
-        with ThreadPoolExecutor(max(1, len(batch))) as pool:
-            scored = list(pool.map(score_one, range(len(batch))))
+        scored = parallel_map(score_one, list(range(len(batch))))
         samples: list[TrainingSample] = []
         rewards_all, expert_all = [], []
         components: dict[str, list[float]] = {}
+        skipped = 0
         name = ctx.stage.adapter
-        for item_msgs, comps, (cand, expert), expert_out in zip(messages, groups, scored, experts, strict=True):
-            rewards = [r for r, _ in cand] + ([expert[0]] if expert is not None else [])
-            advantages = group_advantages(torch.tensor([rewards]))[0]  # (G,), c_best inside the baseline
-            prompt_ids = view.backend.encode_messages(item_msgs)
-            for c, adv in zip(comps, advantages[: len(comps)].tolist(), strict=True):  # c_best gets no gradient
-                samples.append(TrainingSample(role=role, adapter=name, prompt_ids=prompt_ids,
-                                              completion_ids=c.token_ids, advantage=adv,
-                                              old_logps=_recorded(c.logprobs, c.token_ids)))  # fmt: skip
-            if cfg.expert_gradient and expert is not None and expert_out is not None:
-                ids = _expert_ids(view, adapter, predictor.signature, expert_out)
-                samples.append(TrainingSample(role=role, adapter=name, prompt_ids=prompt_ids, completion_ids=ids,
-                                              advantage=float(advantages[-1])))  # fmt: skip
-            rewards_all += [r for r, _ in cand]
+        reuse = cfg.num_iterations > 1  # pi_old must be the sampler's policy only when a batch is trained on twice
+        for item_msgs, comps, (cand, expert, expert_out) in zip(messages, groups, scored, strict=True):
+            rewards = [r for r, _ in cand]
+            rewards_all += rewards
             if expert is not None:
                 expert_all.append(expert[0])
             for _, parts in cand:
                 for k, v in parts.items():
                     components.setdefault(k, []).append(v)
+            group = rewards + ([expert[0]] if expert is not None else [])
+            advantages = group_advantages(torch.tensor([group]))[0]  # (G,), c_best inside the baseline
+            prompt_ids = view.backend.encode_messages(item_msgs)
+            if max(rewards, default=0.0) - min(rewards, default=0.0) < 1e-9:
+                skipped += 1  # equal on-policy rewards: no signal among the samples, so no forward pass for them
+            else:
+                for c, adv in zip(comps, advantages[: len(comps)].tolist(), strict=True):  # c_best: no gradient
+                    old = _recorded(c.logprobs, c.token_ids) if reuse else None
+                    samples.append(TrainingSample(role=role, adapter=name, prompt_ids=prompt_ids,
+                                                  completion_ids=c.token_ids, advantage=adv,
+                                                  old_logps=old))  # fmt: skip
+            if cfg.expert_gradient and expert is not None and expert_out is not None and float(advantages[-1]) != 0:
+                ids = _expert_ids(view, adapter, predictor.signature, expert_out)
+                samples.append(TrainingSample(role=role, adapter=name, prompt_ids=prompt_ids, completion_ids=ids,
+                                              advantage=float(advantages[-1])))  # fmt: skip
+        parsed = sum(o is not None for outs in outputs for o in outs)
         metrics = {
             "reward/mean": _mean(rewards_all),
             "reward/std": float(torch.tensor(rewards_all).std()) if len(rewards_all) > 1 else 0.0,
             "reward/max": max(rewards_all, default=0.0),
             "reward/expert": _mean(expert_all),
-            "parse/rate": sum(parsed_counts) / max(1, len(rewards_all)),
+            "parse/rate": parsed / max(1, len(rewards_all)),
+            "groups/skipped": float(skipped),
+            "groups/total": float(len(batch)),
         }
+        if role == "plan":
+            metrics.update({f"plan/{k}": float(v) for k, v in tasks.execution_stats.items()})
         metrics.update({f"reward/{k}": _mean(v) for k, v in components.items()})
         return samples, metrics
+
+    def update(self, ctx: StepContext, samples: list[TrainingSample], trainer: Any) -> dict[str, float]:
+        """``num_iterations`` passes of GRPO over the step's samples (one optimizer step each); nothing to train on
+        when every group was skipped."""
+        if not samples:
+            return {"train/samples": 0.0, "train/optimizer_steps": 0.0}
+        results = [trainer.step(samples) for _ in range(self.mapgrpo_config.num_iterations)]
+        merged = dict(results[-1])
+        merged["train/optimizer_steps"] = sum(r.get("train/optimizer_steps", 0.0) for r in results)
+        return merged
 
     def _role_views(self, program: Any) -> dict[str, Any]:
         roles = program.roles
@@ -211,34 +252,6 @@ class MAPGRPO(WeightOptimizer):
                 )
             views[stage] = lm
         return views
-
-    def _expert(
-        self,
-        stage: str,
-        item: RoleInput,
-        tasks: OperaRoleTasks,
-        view: Any,
-        adapter: Any,
-        predictor: Any,
-        messages: list,
-        seed: int,
-    ) -> dict[str, Any] | None:
-        cfg = self.mapgrpo_config
-        if cfg.expert == "gold":
-            return tasks.gold_expert(stage, item)
-        if cfg.expert == "best_of_n":
-            extra = view.sample(
-                messages,
-                n=cfg.expert_samples,
-                temperature=cfg.temperature,
-                seed=seed + 10**6,
-                max_tokens=cfg.max_completion_length,
-            )
-            outputs = [_parse(adapter, predictor.signature, c.text) for c in extra]
-            scored = tasks.score(stage, item, outputs)
-            best = max(range(len(outputs)), key=lambda i: scored[i][0])
-            return outputs[best]
-        return None
 
 
 def _demos(predictor: Any) -> list[dict[str, Any]]:
@@ -257,6 +270,11 @@ def _parse(adapter: Any, signature: Any, text: str) -> dict[str, Any] | None:
         return adapter.parse(signature, text)
     except Exception:  # an unparseable candidate is data: it scores 0
         return None
+
+
+def _plans(outputs: Sequence[dict[str, Any] | None]) -> list[list[str]]:
+    """The parsed plans among ``outputs`` (unparseable and empty ones dropped)."""
+    return [plan for plan in (plan_of(o) for o in outputs) if plan]
 
 
 def _recorded(logprobs: Any, token_ids: Sequence[int]) -> list[float] | None:

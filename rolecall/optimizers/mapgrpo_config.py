@@ -49,8 +49,13 @@ class MAPGRPOConfig:
     """Where c_best comes from: ``"gold"`` (the dataset's gold decomposition / sub-answers / supporting documents),
     ``"best_of_n"`` (the best of ``expert_samples`` extra policy samples by reward) or ``"none"`` (plain GRPO)."""
     expert_gradient: bool = False
-    """Whether c_best also receives gradient (off-policy guidance as in LUFFY, arXiv 2504.14945). The paper's Eq. 11
-    gives it none (False); with a 135M model whose samples rarely parse, True is what makes a short CPU run learn."""
+    """Off-policy guidance: whether c_best also receives gradient, an SFT-like term on the expert (as in LUFFY,
+    arXiv 2504.14945). This is *not* the paper's Eq. 11, where c_best only enters the group baseline and gets no
+    gradient (False, the default). Tables label a run with it "MAPGRPO + off-policy guidance"."""
+    num_iterations: int = 1
+    """Optimizer passes over one step's samples (PPO epochs; TRL's ``num_iterations``). With 1, pi_old in the ratio is
+    the detached current policy (exactly on-policy, ratio 1); above 1, the sampler's recorded log-probs are pi_old,
+    so the later passes are clipped against the policy that sampled."""
     expert_samples: int = 4
     """Extra samples drawn to pick c_best when ``expert="best_of_n"``."""
     execute_plans: bool = True
@@ -90,6 +95,8 @@ class MAPGRPOConfig:
             raise ConfigError(f"expert must be one of {get_args(ExpertSource)}, got {self.expert!r}")
         if not 0.0 < self.epsilon < 1.0:
             raise ConfigError(f"epsilon must be in (0, 1), got {self.epsilon}")
+        if not isinstance(self.num_iterations, int) or self.num_iterations < 1:
+            raise ConfigError(f"num_iterations must be an integer >= 1, got {self.num_iterations!r}")
         if self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
         if self.resume and self.output_dir is None:

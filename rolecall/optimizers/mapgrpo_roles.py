@@ -4,26 +4,38 @@ scored, and what the expert c_best is.
 - ``plan``: inputs are training questions; a candidate plan is executed downstream by the program's current
   analysis/rewrite agents (f_exec); the gold expert is the dataset's decomposition with ``#k`` as placeholders.
 - ``analysis``: inputs are the (sub-goal, passages) pairs the program produced on training questions with the plan
-  agent already trained (Eq. 5-6); gold φ*/a* come from the gold decomposition's supporting documents.
+  agent already trained (Eq. 5-6); gold φ*/a* come from the structured gold path: which gold step the sub-goal is,
+  and whether a supporting passage of that step was among the passages shown
+  (:func:`~rolecall.optimizers.rewards.opera.analysis_gold`).
 - ``rewrite``: inputs are the (sub-goal, passages, missing information) triples of the program's rewrite calls,
-  topped up with analysis inputs whose gold judgement is "no"; the reward is the NDCG of the new query's retrieval.
+  topped up with analysis calls whose gold judgement is "no" (with the missing information the analysis agent
+  wrote); the reward is the NDCG of the new query's retrieval at the depth the program retrieves it with.
+
+Plan executions (f_exec) are cached per (question, plan, versions of the downstream adapters): while the plan stage
+trains, the downstream agents are frozen, so a plan sampled twice, or the expert plan, runs once.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from rolecall.evaluation.metrics import f1_score
 from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
-from rolecall.optimizers.rewards.opera import analysis_gold, analysis_reward, plan_reward, rewrite_reward
-from rolecall.programs.core.plan import fill_placeholders, hash_refs_to_placeholders
+from rolecall.optimizers.rewards.opera import (
+    analysis_gold,
+    analysis_reward,
+    gold_step_index,
+    plan_reward,
+    rewrite_reward,
+)
+from rolecall.programs.core.parallel import parallel_map
+from rolecall.programs.core.plan import fill_placeholders, find_placeholders, hash_refs_to_placeholders
 
-__all__ = ["GoldRecord", "RoleInput", "OperaRoleTasks", "as_gold_record"]
+__all__ = ["GoldRecord", "RoleInput", "OperaRoleTasks", "as_gold_record", "gold_plan", "plan_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,23 +81,43 @@ class RoleInput:
     gold: dict[str, Any] = field(default_factory=dict)
 
 
-def _filled_gold_steps(record: GoldRecord) -> list[tuple[str, dict[str, Any]]]:
-    """Each gold step's question with ``#k`` replaced by the gold answers, with the step."""
+def _gold_step(sub_goal: str, record: GoldRecord, position: int | None = None) -> dict[str, Any] | None:
+    """The gold step ``sub_goal`` is (:func:`gold_step_index`), with its question filled by the gold answers."""
     steps = record.decomposition or []
-    answers = {i: str(s.get("answer", "")) for i, s in enumerate(steps, 1)}
-    out = []
-    for step in steps:
-        text, _ = fill_placeholders(str(step.get("question", "")), answers)
-        out.append((text, step))
-    return out
-
-
-def _best_gold_step(sub_goal: str, record: GoldRecord) -> dict[str, Any] | None:
-    scored = [(f1_score(sub_goal, text), text, step) for text, step in _filled_gold_steps(record)]
-    if not scored:
+    index = gold_step_index(sub_goal, steps, position=position)
+    if index is None:
         return None
-    score, text, step = max(scored, key=lambda x: x[0])
-    return {**step, "filled_question": text} if score >= 0.2 else None
+    answers = {i: str(s.get("answer", "")) for i, s in enumerate(steps, 1)}
+    text, _ = fill_placeholders(str(steps[index - 1].get("question", "")), answers, before=index)
+    return {**steps[index - 1], "filled_question": text, "index": index}
+
+
+def gold_plan(record: GoldRecord, *, compare: bool = False) -> list[str] | None:
+    """The gold decomposition as a plan: ``#k`` written as the program's placeholders (None without one).
+
+    A comparison's decomposition ends in independent look-ups that no later step uses ("In which year was A formed?",
+    "... B formed?"): a final synthesis combines them, but a program that answers with its last sub-goal (OPERA's
+    paper rule, ``final_synthesis=False``) would answer with a year. ``compare=True`` then appends the comparison
+    itself as the last step, referring to those look-ups: the question, "given [year from step 1] and [year from
+    step 2]".
+
+    Example:
+        >>> r = GoldRecord("Which band was formed earlier, A or B?", ["A"], decomposition=[
+        ...     {"question": "In which year was A formed?", "answer": "1961"},
+        ...     {"question": "In which year was B formed?", "answer": "2010"}])
+        >>> gold_plan(r, compare=True)[-1]
+        'Which band was formed earlier, A or B, given [year from step 1] and [year from step 2]?'
+    """
+    if not record.decomposition:
+        return None
+    answers = {i: str(s.get("answer", "")) for i, s in enumerate(record.decomposition, 1)}
+    plan = [hash_refs_to_placeholders(str(s["question"]), answers) for s in record.decomposition]
+    used = {p.step for text in plan for p in find_placeholders(text)}
+    leaves = [i for i in range(1, len(plan) + 1) if i not in used]
+    if compare and len(leaves) > 1:
+        refs = " and ".join(f"#{i}" for i in leaves)
+        plan.append(hash_refs_to_placeholders(f"{record.question.strip().rstrip('?')}, given {refs}?", answers))
+    return plan
 
 
 class OperaRoleTasks:
@@ -94,6 +126,10 @@ class OperaRoleTasks:
     def __init__(self, program: Any, config: MAPGRPOConfig) -> None:
         self.program = program
         self.config = config
+        self._executions: dict[tuple[Any, ...], str | None] = {}
+        self._lock = threading.Lock()
+        self.execution_stats = {"executed": 0, "cached": 0}
+        """Plan executions run and served from the cache (``plan/executed``, ``plan/cached`` in the metrics)."""
 
     # ------------------------------------------------------------------ inputs
     def collect(self, role: str, records: Sequence[GoldRecord], rng: random.Random) -> list[RoleInput]:
@@ -101,8 +137,8 @@ class OperaRoleTasks:
         chosen = rng.sample(list(records), min(len(records), self.config.collect_questions))
         if role == "plan":
             return [RoleInput({"question": r.question}, r) for r in chosen]
-        with ThreadPoolExecutor(self.config.num_threads) as pool:
-            preds = list(pool.map(lambda r: self.program(question=r.question), chosen))
+        # parallel_map keeps dspy.context overrides (the LM, the adapter, callbacks) in the worker threads
+        preds = parallel_map(lambda r: self.program(question=r.question), chosen, max_workers=self.config.num_threads)
         items: list[RoleInput] = []
         for record, pred in zip(chosen, preds, strict=True):
             items.extend(self._from_trajectory(role, record, pred.trajectory))
@@ -113,48 +149,61 @@ class OperaRoleTasks:
 
     def _from_trajectory(self, role: str, record: GoldRecord, trajectory: Any) -> list[RoleInput]:
         items = []
-        last_ids: list[str] = []
+        shown_ids: list[str] = []
         for step in trajectory.steps:
             if step.kind == "retrieval":
-                last_ids = list(step.outputs.get("passage_ids", []))
+                # what the analysis agent was shown (OPERA records it), else everything retrieved
+                shown_ids = list(step.meta.get("shown_ids", step.outputs.get("passage_ids", [])))
             elif step.kind == "role" and step.role == role and step.inputs:
                 inputs = dict(step.inputs)
-                items.append(RoleInput(inputs, record, self._gold(role, inputs, last_ids, record)))
+                items.append(RoleInput(inputs, record, self._gold(role, inputs, shown_ids, record, step.meta)))
         return items
 
     def _rewrite_from_analysis(self, records: Sequence[GoldRecord], preds: Sequence[Any]) -> list[RoleInput]:
-        """Analysis inputs whose gold judgement is "no" are exactly where a rewrite is needed."""
+        """Analysis calls whose gold judgement is "no" are exactly where a rewrite is needed; the rewrite sees the
+        missing information the analysis agent wrote, as the program would pass it on."""
         items = []
         for record, pred in zip(records, preds, strict=True):
-            for item in self._from_trajectory("analysis", record, pred.trajectory):
+            analyses = [s for s in pred.trajectory.steps if s.kind == "role" and s.role == "analysis" and s.inputs]
+            for item, step in zip(self._from_trajectory("analysis", record, pred.trajectory), analyses, strict=True):
                 if not item.gold["sufficient"]:
-                    inputs = {**item.inputs, "missing_information": "the answer to the sub-question"}
-                    items.append(RoleInput(inputs, record, self._gold("rewrite", inputs, [], record)))
+                    missing = str((step.outputs or {}).get("missing_information") or "").strip()
+                    inputs = {**item.inputs, "missing_information": missing or "the answer"}
+                    items.append(RoleInput(inputs, record, self._gold("rewrite", inputs, [], record, step.meta)))
         return items
 
-    def _gold(self, role: str, inputs: dict[str, Any], shown_ids: list[str], record: GoldRecord) -> dict[str, Any]:
+    def _gold(
+        self, role: str, inputs: dict[str, Any], shown_ids: list[str], record: GoldRecord, meta: dict[str, Any]
+    ) -> dict[str, Any]:
+        position = meta.get("sub_goal")
         if role == "analysis":
             passages = str(inputs.get("passages", ""))
             sufficient, answers = analysis_gold(
-                str(inputs.get("sub_goal", "")), shown_ids, record.decomposition, record.supporting_ids
-            )
+                str(inputs.get("sub_goal", "")), shown_ids, record.decomposition, record.supporting_ids,
+                position=position,
+            )  # fmt: skip
             # a retrieved passage the prompt did not show (context cut) cannot make the sub-goal answerable
             if sufficient and answers and not any(a.lower() in passages.lower() for a in answers):
                 sufficient, answers = False, []
             return {"sufficient": sufficient, "answers": answers}
         if role == "rewrite":
-            step = _best_gold_step(str(inputs.get("sub_goal", "")), record)
+            step = _gold_step(str(inputs.get("sub_goal", "")), record, position)
             gold_ids = list(step.get("supporting_ids", [])) if step else list(record.supporting_ids)
-            return {"gold_ids": gold_ids, "step": step}
+            return {"gold_ids": gold_ids, "step": step, "k": self._rewrite_depth(int(meta.get("attempt", 0)))}
         return {}
+
+    def _rewrite_depth(self, attempt: int) -> int:
+        """Passages the program retrieves with the query a rewrite at ``attempt`` writes (its next attempt's k)."""
+        schedule = tuple(getattr(self.program, "k_schedule", None) or ()) or (self.config.rewrite_weights.k,)
+        return int(schedule[min(attempt + 1, len(schedule) - 1)])
 
     # ------------------------------------------------------------------ rewards
     def score(self, role: str, item: RoleInput, outputs: Sequence[dict[str, Any] | None]) -> list[tuple[float, dict]]:
         """Rewards of several candidate outputs (``None`` = unparseable) for one input."""
         cfg = self.config
         if role == "plan":
-            plans = [_plan_of(o) for o in outputs]
-            answers = self._execute_plans(item.record.question, plans)
+            plans = [plan_of(o) for o in outputs]
+            answers = self.execute_plans([(item.record.question, p) for p in plans])
             return [
                 plan_reward(
                     p,
@@ -184,34 +233,50 @@ class OperaRoleTasks:
                     gold_ids=item.gold["gold_ids"],
                     retrieve=lambda q, k: retriever(q, k),
                     weights=cfg.rewrite_weights,
+                    k=item.gold.get("k"),
                 )
                 for o in outputs
             ]
         raise ValueError(f"MAPGRPO knows the OPERA roles plan/analysis/rewrite, not {role!r}")
 
-    def _execute_plans(self, question: str, plans: Sequence[list[str] | None]) -> list[str | None]:
+    def execute_plans(self, pairs: Sequence[tuple[str, list[str] | None]]) -> list[str | None]:
+        """f_exec: the answers of executing each (question, plan) with the program's current downstream agents.
+
+        Each distinct pair not in the cache runs once, all of them concurrently (their LM calls share batches);
+        the cache key holds the downstream adapters' versions, so a trained analysis agent re-executes.
+        """
         if not self.config.execute_plans:
-            return [None] * len(plans)
+            return [None] * len(pairs)
+        keys = [self._execution_key(q, p) if p else None for q, p in pairs]
+        with self._lock:
+            todo = {k: pair for k, pair in zip(keys, pairs, strict=True) if k is not None and k not in self._executions}
+        if todo:
+            answers = parallel_map(lambda pair: str(self.program.execute_plan(pair[0], pair[1]).answer),
+                                   list(todo.values()))  # fmt: skip
+            with self._lock:
+                self._executions.update(zip(todo, answers, strict=True))
+        with self._lock:
+            self.execution_stats["executed"] += len(todo)
+            self.execution_stats["cached"] += sum(k is not None for k in keys) - len(todo)
+            return [self._executions.get(k) if k is not None else None for k in keys]
 
-        def run(plan: list[str] | None) -> str | None:
-            if not plan:
-                return None
-            return str(self.program.execute_plan(question, plan).answer)
-
-        with ThreadPoolExecutor(max(1, len(plans))) as pool:
-            return list(pool.map(run, plans))
+    def _execution_key(self, question: str, plan: list[str]) -> tuple[Any, ...]:
+        backend = getattr(getattr(self.program, "lm", None), "backend", None)
+        versions = tuple(sorted(getattr(backend, "adapter_versions", {}).items()))
+        return question, tuple(plan), versions
 
     # ------------------------------------------------------------------ experts
     def gold_expert(self, role: str, item: RoleInput) -> dict[str, Any] | None:
         """c_best built from the dataset's gold annotations, or None where the dataset has none."""
         record = item.record
         if role == "plan":
-            if not record.decomposition:
-                return None
-            answers = {i: str(s.get("answer", "")) for i, s in enumerate(record.decomposition, 1)}
-            return {"sub_goals": [hash_refs_to_placeholders(str(s["question"]), answers) for s in record.decomposition]}
+            # the program answers with its last sub-goal unless it synthesizes: then a comparison needs its own step
+            plan = gold_plan(record, compare=not getattr(self.program, "final_synthesis", True))
+            return {"sub_goals": plan} if plan else None
         if role == "analysis":
-            if item.gold["sufficient"] and item.gold["answers"]:
+            if item.gold["sufficient"]:
+                if not item.gold["answers"]:  # answerable, but the dataset does not say what the answer is
+                    return None
                 answer = item.gold["answers"][0]
                 return {"sufficient": "yes", "answer": answer, "confidence": "high", "missing_information": "none"}
             return {"sufficient": "no", "answer": "unknown", "confidence": "low", "missing_information": "the answer"}
@@ -221,7 +286,8 @@ class OperaRoleTasks:
         return None
 
 
-def _plan_of(outputs: dict[str, Any] | None) -> list[str] | None:
+def plan_of(outputs: dict[str, Any] | None) -> list[str] | None:
+    """The non-empty sub-goals of a parsed plan output, None when it did not parse or is empty."""
     if outputs is None:
         return None
     raw = outputs.get("sub_goals")

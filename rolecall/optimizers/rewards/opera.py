@@ -34,6 +34,7 @@ __all__ = [
     "plan_placeholder_score",
     "plan_reward",
     "analysis_gold",
+    "gold_step_index",
     "analysis_reward",
     "rewrite_reward",
 ]
@@ -92,7 +93,7 @@ class RewriteRewardWeights:
     format: float = 0.1
     """ω2: the query parses and is a non-empty search string."""
     k: int = 5
-    """Depth of the NDCG."""
+    """Depth of the NDCG when the caller does not pass the program's own retrieval depth (MAPGRPO passes it)."""
 
     def __post_init__(self) -> None:
         _check_weights(self)
@@ -101,20 +102,26 @@ class RewriteRewardWeights:
 
 
 # ---------------------------------------------------------------------------------------------------------- plan
-def plan_logic(sub_goals: Sequence[str]) -> float:
+def plan_logic(sub_goals: Sequence[str], gold_decomposition: Sequence[Any] | None = None) -> float:
     """Rule judge of logical coherence: the mean of three checks.
 
     1. every placeholder refers to an earlier step (``[... from step j]`` in step i needs 1 <= j < i);
     2. no two sub-goals are the same;
-    3. every step but the last is used by a later step (a comparison's independent look-ups are used by the final
-       comparison step when it names them; a plan with one step passes trivially).
+    3. every step but the last is used by a later step (a plan with one step passes trivially). With a gold
+       decomposition, a step the gold plan leaves unused at the same position is exempt: a comparison's independent
+       look-ups (``In which year was A formed?``, ``... B formed?``) are combined by the final synthesis, not by a
+       later step, and the gold plan itself must score 1.
     """
     if not sub_goals:
         return 0.0
     backwards = all(1 <= p.step < i for i, s in enumerate(sub_goals, 1) for p in find_placeholders(s))
     unique = len({s.strip().lower() for s in sub_goals}) == len(sub_goals)
     used_steps = {p.step for s in sub_goals for p in find_placeholders(s)}
-    used = all(i in used_steps for i in range(1, len(sub_goals))) if len(sub_goals) > 1 else True
+    exempt: set[int] = set()
+    if gold_decomposition:
+        gold_used = {p.step for g in gold_decomposition for p in find_placeholders(_question_of(g))}
+        exempt = {i for i in range(1, len(gold_decomposition) + 1) if i not in gold_used}
+    used = all(i in used_steps or i in exempt for i in range(1, len(sub_goals))) if len(sub_goals) > 1 else True
     return (backwards + unique + used) / 3.0
 
 
@@ -174,7 +181,7 @@ def plan_reward(
     if not sub_goals:
         return 0.0, {"logic": 0.0, "feasibility": 0.0, "execution": 0.0, "efficiency": 0.0, "placeholder": 0.0}
     parts = {
-        "logic": float(judge(question, sub_goals)) if judge is not None else plan_logic(sub_goals),
+        "logic": float(judge(question, sub_goals)) if judge is not None else plan_logic(sub_goals, gold_decomposition),
         "feasibility": plan_structure(sub_goals, max_steps=max_steps),
         "execution": exact_match(executed_answer or "", list(gold_answers)) if gold_answers else 0.0,
         "efficiency": plan_efficiency(len(sub_goals)),
@@ -193,31 +200,72 @@ def _field(step: Any, name: str) -> Any:
     return step[name] if isinstance(step, dict) else getattr(step, name)
 
 
+def gold_step_index(
+    sub_goal: str, decomposition: Sequence[Any], *, position: int | None = None, min_f1: float = 0.2
+) -> int | None:
+    """Which gold step (1-based) a sub-goal is: its text against every gold sub-question with the placeholders
+    filled by the gold answers, whether or not that step's passages were retrieved.
+
+    An exact match (case and punctuation aside) wins; otherwise the best token F1 of at least ``min_f1``, ties going
+    to the step at ``position`` (the sub-goal's place in its plan) or nearest to it. None when nothing matches.
+
+    Example:
+        >>> steps = [{"question": "In which year was the band Yaebroria formed?", "answer": "1961"},
+        ...          {"question": "In which year was the band Traveilt Archives formed?", "answer": "2010"}]
+        >>> gold_step_index("year Yaebroria formed", steps)
+        1
+    """
+    if not decomposition:
+        return None
+    answers = {i: str(_field(s, "answer")) for i, s in enumerate(decomposition, 1)}
+    filled = [fill_placeholders(_question_of(s), answers, before=i)[0] for i, s in enumerate(decomposition, 1)]
+    key = _text_key(sub_goal)
+    for i, text in enumerate(filled, 1):
+        if _text_key(text) == key:
+            return i
+    where = position if position is not None else 0
+    scored = [(f1_score(sub_goal, text), -abs(i - where), i) for i, text in enumerate(filled, 1)]
+    best = max(scored)
+    return best[2] if best[0] >= min_f1 else None
+
+
+def _text_key(text: str) -> str:
+    return " ".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
+
+
 def analysis_gold(
-    sub_goal: str, passage_ids: Sequence[str], decomposition: Sequence[Any] | None, supporting_ids: Sequence[str]
+    sub_goal: str,
+    passage_ids: Sequence[str],
+    decomposition: Sequence[Any] | None,
+    supporting_ids: Sequence[str],
+    *,
+    position: int | None = None,
 ) -> tuple[bool, list[str]]:
     """Gold judgement φ* and gold answers a* for one analysis input, from the example's gold decomposition.
 
-    The gold step is the decomposition step whose supporting passages were retrieved and whose sub-question best
-    matches the sub-goal (token F1, placeholders filled with the gold answers). φ* = yes when such a step exists,
-    with a* = its answer; otherwise φ* = no. Without a decomposition, φ* = yes when a supporting passage was
-    retrieved, and a* is unknown (empty).
+    The gold step is the one the sub-goal *is* (:func:`gold_step_index`, over all gold steps; ``position`` is the
+    sub-goal's 1-based place in its plan, for ties). φ* = yes when a supporting passage of that step is among the
+    shown ``passage_ids``, with a* = the step's answer; otherwise φ* = no. A sub-goal that matches no gold step is
+    φ* = no. Without a decomposition, φ* = yes when any supporting passage was shown, and a* is unknown (empty).
+
+    Example:
+        >>> steps = [{"question": "In which year was the band Yaebroria formed?", "answer": "1961",
+        ...           "supporting_ids": ["band/yaebroria"]},
+        ...          {"question": "In which year was the band Traveilt Archives formed?", "answer": "2010",
+        ...           "supporting_ids": ["band/traveilt-archives"]}]
+        >>> analysis_gold("year Yaebroria formed", ["band/traveilt-archives"], steps, [])
+        (False, [])
     """
     shown = set(passage_ids)
     if not decomposition:
         return bool(shown & set(supporting_ids)), []
-    answers = {i: str(_field(s, "answer")) for i, s in enumerate(decomposition, 1)}
-    best: tuple[float, str] | None = None
-    for i, step in enumerate(decomposition, 1):
-        if not shown & set(_field(step, "supporting_ids") or []):
-            continue
-        text, _ = fill_placeholders(_question_of(step), answers)
-        score = f1_score(sub_goal, text)
-        if best is None or score > best[0]:
-            best = (score, answers[i])
-    if best is None or best[0] < 0.2:
+    index = gold_step_index(sub_goal, decomposition, position=position)
+    if index is None:
         return False, []
-    return True, [best[1]]
+    step = decomposition[index - 1]
+    if not shown & set(_field(step, "supporting_ids") or []):
+        return False, []
+    return True, [str(_field(step, "answer"))]
 
 
 def analysis_reward(
@@ -251,13 +299,16 @@ def rewrite_reward(
     gold_ids: Sequence[str],
     retrieve: Callable[[str, int], Sequence[Any]],
     weights: RewriteRewardWeights | None = None,
+    k: int | None = None,
 ) -> tuple[float, dict[str, float]]:
     """The Rewrite Agent's reward (Eq. 10): ``ω1 sqrt(NDCG@k) + ω2 f_format``; ``retrieve(query, k)`` returns
-    passages with ``.id``."""
+    passages with ``.id``. ``k`` is the depth the program retrieves the new query with (OPERA: 10, then 15);
+    None uses ``weights.k``."""
     w = weights or RewriteRewardWeights()
     if query is None or not query.strip():
         return 0.0, {"ndcg": 0.0, "format": 0.0}
+    depth = int(k) if k else w.k
     fmt = 1.0 if 1 <= len(query.split()) <= 32 else 0.5
-    ids = [p.id for p in retrieve(query, w.k)]
-    ndcg = ndcg_at_k(ids, list(gold_ids), w.k) if gold_ids else 0.0
+    ids = [p.id for p in retrieve(query, depth)]
+    ndcg = ndcg_at_k(ids, list(gold_ids), depth) if gold_ids else 0.0
     return w.retrieval * math.sqrt(ndcg) + w.format * fmt, {"ndcg": ndcg, "format": fmt}

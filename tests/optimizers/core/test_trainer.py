@@ -186,3 +186,37 @@ def test_steps_run_on_the_generating_thread(lm, monkeypatch):
     config = TrainerConfig(learning_rate=1e-2, micro_batch_size=2, gradient_accumulation_steps=1)
     AdapterTrainer(lm.for_role("plan"), "plan", config).step(make_samples(lm))  # 4 samples: two optimizer steps
     assert threads == [lm.backend.batcher._thread] * 2
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+def test_grpo_accumulation_equals_one_batch(lm, smollm_tokenizer, loss_type):
+    """DAPO's token mean divides by the step's tokens once: micro-batches of 1 with accumulation give one batch's
+    loss and gradient (an extra chunk/N factor on top of the division would shrink it 4x); per-sequence GRPO too."""
+    lm.for_role("plan")
+    lm2 = LocalLM(copy.deepcopy(lm.hf_model), tokenizer=smollm_tokenizer)
+    samples = make_samples(lm, advantage=lambda i, c: [1.0, -0.5, 2.0, -1.5][i])
+    base = dict(loss="grpo", grpo_loss_type=loss_type, learning_rate=0.01)
+    one = AdapterTrainer(lm, "plan", TrainerConfig(**base, micro_batch_size=4, gradient_accumulation_steps=1))
+    acc = AdapterTrainer(lm2, "plan", TrainerConfig(**base, micro_batch_size=1, gradient_accumulation_steps=4))
+    m1, m2 = one.step(samples), acc.step(samples)
+    assert m1["loss/total"] == pytest.approx(m2["loss/total"], rel=1e-5)
+    assert m1["grad/norm"] == pytest.approx(m2["grad/norm"], rel=1e-4)
+    # on-policy (no recorded pi_old): the ratio is exactly 1, so the loss is minus the advantage's token mean
+    tokens = [len(s.completion_ids) for s in samples]
+    advantages = [s.advantage for s in samples]
+    if loss_type == "dapo":
+        expected = -sum(a * n for a, n in zip(advantages, tokens, strict=True)) / sum(tokens)
+    else:
+        expected = -sum(advantages) / len(advantages)
+    assert m1["loss/total"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_zero_kl_beta_skips_the_reference_forward(lm, monkeypatch):
+    import rolecall.optimizers.core.trainer as trainer_module
+
+    def no_reference(*args, **kwargs):
+        raise AssertionError("the reference forward ran with kl_beta=0")
+
+    monkeypatch.setattr(trainer_module, "reference_per_token_logps", no_reference)
+    trainer = AdapterTrainer(lm, "plan", TrainerConfig(loss="grpo", kl_beta=0.0, learning_rate=1e-2))
+    assert math.isfinite(trainer.step(make_samples(lm, advantage=lambda i, c: float(i) - 1.5))["loss/total"])

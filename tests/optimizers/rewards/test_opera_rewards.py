@@ -12,6 +12,7 @@ from rolecall.optimizers.rewards.opera import (
     PlanRewardWeights,
     analysis_gold,
     analysis_reward,
+    gold_step_index,
     plan_efficiency,
     plan_logic,
     plan_placeholder_score,
@@ -21,6 +22,12 @@ from rolecall.optimizers.rewards.opera import (
 )
 from rolecall.retrievers.base import Passage
 
+COMPARISON = [  # synthetic seed 0: "Which band was formed earlier, Yaebroria or Traveilt Archives?"
+    {"question": "In which year was the band Yaebroria formed?", "answer": "1961",
+     "supporting_ids": ["band/yaebroria"]},
+    {"question": "In which year was the band Traveilt Archives formed?", "answer": "2010",
+     "supporting_ids": ["band/traveilt-archives"]},
+]  # fmt: skip
 GOLD = [
     {"question": "Who directed the film Zopor Orchard?", "answer": "Orlen Vask", "supporting_ids": ["film/zopor"]},
     {"question": "Where was #1 born?", "answer": "Tavrimo", "supporting_ids": ["person/orlen-vask"]},
@@ -116,3 +123,56 @@ def test_weights_validated():
         PlanRewardWeights(logic=1.5)
     with pytest.raises(ConfigError):
         AnalysisRewardWeights(format_if_insufficient=-0.1)
+
+
+def test_analysis_gold_labels_the_step_the_sub_goal_is():
+    """ "year Yaebroria formed" is gold step 1 (1961, passage band/yaebroria). Shown only the Traveilt Archives passage
+    it is not answerable: the label is no, never yes / "2010" (step 2's answer, whose passage was shown)."""
+    assert analysis_gold("year Yaebroria formed", ["band/traveilt-archives"], COMPARISON, []) == (False, [])
+    assert analysis_gold("year Yaebroria formed", ["band/yaebroria"], COMPARISON, []) == (True, ["1961"])
+    shown_both = ["band/traveilt-archives", "band/yaebroria"]
+    assert analysis_gold("In which year was the band Traveilt Archives formed?", shown_both, COMPARISON, []) == (
+        True,
+        ["2010"],
+    )
+    assert analysis_gold("Who painted the moon?", shown_both, COMPARISON, []) == (False, [])  # no gold step
+
+
+def test_gold_step_index_exact_then_f1_then_position():
+    assert gold_step_index("in which year was the band traveilt archives formed", COMPARISON) == 2  # exact
+    assert gold_step_index("year Yaebroria formed", COMPARISON) == 1  # best F1
+    # "Who founded the company?" ties both steps: the sub-goal's place in its plan decides
+    twins = [{"question": "Who founded the company Alpha?", "answer": "A"},
+             {"question": "Who founded the company Beta?", "answer": "B"}]  # fmt: skip
+    assert gold_step_index("Who founded the company?", twins, position=2) == 2
+    assert gold_step_index("Who founded the company?", twins, position=1) == 1
+    # placeholders are filled with the gold answers before matching: step 2 of GOLD is "Where was Orlen Vask born?"
+    assert gold_step_index("Where was Orlen Vask born?", GOLD) == 2
+    assert gold_step_index("anything", []) is None
+
+
+def test_comparison_gold_plan_is_logically_coherent():
+    """A comparison's look-ups are combined by the final synthesis: with the gold decomposition, the gold plan scores
+    logic 1 (it used to score 2/3 for "step 1 is not used by a later step"); without gold the rule stays strict."""
+    plan = [s["question"] for s in COMPARISON]
+    assert plan_logic(plan, COMPARISON) == 1.0
+    assert plan_logic(plan) == pytest.approx(2 / 3)
+    # a compositional plan that forgets its placeholder still fails the check against its gold
+    assert plan_logic(["Who directed the film Zopor Orchard?", "Where was he born?"], GOLD) == pytest.approx(2 / 3)
+    question = "Which band was formed earlier, Yaebroria or Traveilt Archives?"
+    r, parts = plan_reward(plan, question=question, gold_answers=["Yaebroria"], executed_answer="Yaebroria",
+                           gold_decomposition=COMPARISON)  # fmt: skip
+    assert parts["logic"] == 1.0 and r == pytest.approx(1.0)
+
+
+def test_rewrite_reward_scores_at_the_programs_depth():
+    """OPERA retrieves a rewritten query with k=10: a gold passage at rank 7 counts there, not in NDCG@5."""
+    asked = []
+
+    def retrieve(q, k):
+        asked.append(k)
+        return [Passage(f"d{i}", "", "") for i in range(6)] + [Passage("gold", "", "")] + [Passage("z", "", "")] * 3
+
+    assert rewrite_reward("q", gold_ids=["gold"], retrieve=lambda q, k: retrieve(q, k)[:k])[1]["ndcg"] == 0.0
+    r, parts = rewrite_reward("q", gold_ids=["gold"], retrieve=lambda q, k: retrieve(q, k)[:k], k=10)
+    assert parts["ndcg"] == pytest.approx(1 / math.log2(8)) and asked == [5, 10]

@@ -1,0 +1,194 @@
+"""MAPGRPO's label, reward and plumbing fixes (issue 15), each on a hand-checked case that failed before the fix."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import dspy
+import pytest
+
+from rolecall.data.synthetic import synthetic_world
+from rolecall.lm import LocalLM
+from rolecall.optimizers import MAPGRPO, MAPGRPOConfig
+from rolecall.optimizers.core.trainer import AdapterTrainer
+from rolecall.optimizers.mapgrpo_roles import GoldRecord, OperaRoleTasks, RoleInput
+from rolecall.programs import OPERA
+from rolecall.programs.core.trajectory import Step, Trajectory
+from rolecall.retrievers.bm25 import BM25
+
+COMPARISON = GoldRecord(
+    question="Which band was formed earlier, Yaebroria or Traveilt Archives?",
+    answers=["Yaebroria"],
+    supporting_ids=["band/yaebroria", "band/traveilt-archives"],
+    decomposition=[
+        {"question": "In which year was the band Yaebroria formed?", "answer": "1961",
+         "supporting_ids": ["band/yaebroria"]},
+        {"question": "In which year was the band Traveilt Archives formed?", "answer": "2010",
+         "supporting_ids": ["band/traveilt-archives"]},
+    ],
+)  # fmt: skip
+
+
+class ProbeProgram:
+    """A stand-in for the program where a test needs to see how it is called: it records the ``dspy.context``
+    value each call sees and every plan it is asked to execute."""
+
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+        self.executed: list[tuple[str, tuple[str, ...]]] = []
+        self.lm = SimpleNamespace(backend=SimpleNamespace(adapter_versions={"analysis": 0}))
+        self.k_schedule = (5, 10, 15)
+
+    def __call__(self, question: str) -> dspy.Prediction:
+        self.seen.append(dspy.settings.get("rolecall_probe"))
+        return dspy.Prediction(answer="x", trajectory=Trajectory(question=question))
+
+    def execute_plan(self, question: str, plan: list[str]) -> dspy.Prediction:
+        self.seen.append(dspy.settings.get("rolecall_probe"))
+        self.executed.append((question, tuple(plan)))
+        return dspy.Prediction(answer="Yaebroria")
+
+
+def _item(record: GoldRecord, **gold) -> RoleInput:
+    return RoleInput({"question": record.question}, record, gold)
+
+
+def test_analysis_expert_is_absent_when_the_gold_answer_is_unknown():
+    """Answerable (a supporting passage shown) but the dataset has no answer for the step: no c_best, never "no"."""
+    tasks = OperaRoleTasks(ProbeProgram(), MAPGRPOConfig())
+    assert tasks.gold_expert("analysis", _item(COMPARISON, sufficient=True, answers=[])) is None
+    yes = tasks.gold_expert("analysis", _item(COMPARISON, sufficient=True, answers=["1961"]))
+    assert yes["sufficient"] == "yes" and yes["answer"] == "1961"
+    assert tasks.gold_expert("analysis", _item(COMPARISON, sufficient=False, answers=[]))["sufficient"] == "no"
+
+
+def test_analysis_inputs_are_labelled_from_the_shown_passages_and_the_gold_step():
+    """The trajectory retrieved both band passages but showed only Traveilt Archives' for "year Yaebroria formed"."""
+    trajectory = Trajectory(question=COMPARISON.question)
+    trajectory.steps.append(Step(kind="retrieval", role="bm25", inputs={"query": "year Yaebroria formed"},
+                                 outputs={"passage_ids": ["band/traveilt-archives", "band/yaebroria"]},
+                                 meta={"shown_ids": ["band/traveilt-archives"]}))  # fmt: skip
+    analysis = Step(kind="role", role="analysis", meta={"sub_goal": 1, "attempt": 0},
+                    inputs={"sub_goal": "year Yaebroria formed", "passages": "[1] Traveilt ... 2010"},
+                    outputs={"sufficient": "no", "missing_information": "when Yaebroria formed"})  # fmt: skip
+    trajectory.steps.append(analysis)
+    tasks = OperaRoleTasks(ProbeProgram(), MAPGRPOConfig())
+    (item,) = tasks._from_trajectory("analysis", COMPARISON, trajectory)
+    assert item.gold == {"sufficient": False, "answers": []}
+    # the rewrite input made from it carries the analysis agent's own missing information, and its reward depth is
+    # the k the program retrieves a rewritten query with (attempt 0 -> the second k of 5, 10, 15)
+    (rewrite,) = tasks._rewrite_from_analysis([COMPARISON], [dspy.Prediction(trajectory=trajectory)])
+    assert rewrite.inputs["missing_information"] == "when Yaebroria formed"
+    assert rewrite.gold["gold_ids"] == ["band/yaebroria"] and rewrite.gold["k"] == 10
+    assert tasks._rewrite_depth(1) == 15 and tasks._rewrite_depth(7) == 15
+
+
+def test_collection_and_execution_keep_the_dspy_context():
+    program = ProbeProgram()
+    tasks = OperaRoleTasks(program, MAPGRPOConfig(collect_questions=4, num_threads=4))
+    with dspy.context(rolecall_probe="kept"):
+        tasks.collect("analysis", [COMPARISON] * 4, random.Random(0))
+        tasks.execute_plans([(COMPARISON.question, [f"step {i}"]) for i in range(3)])
+    assert program.seen == ["kept"] * 7
+
+
+def test_plan_executions_are_cached_while_the_downstream_agents_are_frozen():
+    program = ProbeProgram()
+    tasks = OperaRoleTasks(program, MAPGRPOConfig())
+    q = COMPARISON.question
+    plan = ["In which year was the band Yaebroria formed?", "In which year was the band Traveilt Archives formed?"]
+    assert tasks.execute_plans([(q, plan), (q, plan), (q, None), (q, plan[:1])]) == [
+        "Yaebroria", "Yaebroria", None, "Yaebroria",
+    ]  # fmt: skip
+    tasks.execute_plans([(q, plan)])  # the expert's plan, scored again: no second execution
+    assert len(program.executed) == 2 and tasks.execution_stats == {"executed": 2, "cached": 2}
+    program.lm.backend.adapter_versions["analysis"] = 1  # the analysis agent was trained: executions are stale
+    tasks.execute_plans([(q, plan)])
+    assert len(program.executed) == 3
+
+
+@pytest.fixture(scope="module")
+def world():
+    return synthetic_world(seed=3, n_train=20, n_dev=4, n_test=4)
+
+
+@pytest.mark.parametrize("num_iterations", [1, 2])
+def test_pi_old_is_the_current_policy_unless_a_batch_is_reused(
+    world, tiny_model, smollm_tokenizer, tmp_path, monkeypatch, num_iterations
+):
+    """One update per batch: no recorded pi_old (the ratio is exactly 1, not bf16 sampler noise around it).
+    ``num_iterations=2``: the sampler's log-probs are pi_old and the batch is trained on twice."""
+    lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=8)
+    program = OPERA(BM25(world.corpus), lm=lm, max_steps=1, max_rewrites=0)
+    # rewards that differ within a group (a random model's plans never parse, so real rewards would all be 0)
+    monkeypatch.setattr(
+        OperaRoleTasks, "score", lambda self, role, item, outs: [(float(i), {}) for i in range(len(outs))]
+    )
+    calls: list[list] = []
+    real_step = AdapterTrainer.step
+    monkeypatch.setattr(
+        AdapterTrainer, "step", lambda self, samples: calls.append(list(samples)) or real_step(self, samples)
+    )
+    config = MAPGRPOConfig(stages=("plan",), steps={"plan": 1}, group_size=3, inputs_per_step=2, collect_questions=2,
+                           max_completion_length=8, num_iterations=num_iterations, show_progress=False,
+                           output_dir=tmp_path / "run")  # fmt: skip
+    optimizer = MAPGRPO(config)
+    program.compile(optimizer=optimizer, trainset=world.train)
+    assert len(calls) == num_iterations
+    policy = [s for s in calls[0] if s.advantage is not None]
+    assert len(policy) == 2 * 2  # G - 1 = 2 samples for each of the 2 inputs; c_best gets no gradient
+    if num_iterations == 1:
+        assert all(s.old_logps is None for s in policy)
+    else:
+        assert all(s.old_logps is not None and len(s.old_logps) == len(s.completion_ids) for s in policy)
+    assert optimizer.history[0]["groups/skipped"] == 0.0
+    assert optimizer.history[0]["train/optimizer_steps"] == float(num_iterations)
+
+
+def test_equal_reward_groups_are_skipped_and_best_of_n_uses_the_roles_sampling(
+    world, tiny_model, smollm_tokenizer, tmp_path, monkeypatch
+):
+    lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=8)
+    program = OPERA(BM25(world.corpus), lm=lm, max_steps=1, max_rewrites=0)
+    program.lm_kwargs["plan"] = {"max_tokens": 6, "stop": ("\n\n\n",)}
+    sampled: list[dict] = []
+    view = program.roles["plan"].lm
+    real_sample = type(view).sample
+
+    def recording_sample(self, messages, **kw):
+        sampled.append(kw)
+        return real_sample(self, messages, **kw)
+
+    monkeypatch.setattr(type(view), "sample", recording_sample)
+    config = MAPGRPOConfig(stages=("plan",), steps={"plan": 1}, group_size=3, inputs_per_step=2, collect_questions=2,
+                           max_completion_length=8, expert="best_of_n", expert_samples=2, show_progress=False,
+                           execute_plans=False)  # fmt: skip
+    optimizer = MAPGRPO(config)
+    program.compile(optimizer=optimizer, trainset=world.train)
+    # one sampling call per step: G - 1 policy samples plus the 2 best-of-N candidates, with the role's budget/stop
+    assert len(sampled) == 1 and sampled[0]["n"] == 2 + 2
+    assert sampled[0]["max_tokens"] == 6 and sampled[0]["stop"] == ("\n\n\n",)
+    # a random model's plans never parse: every group's rewards are 0, so both groups are skipped
+    record = optimizer.history[0]
+    assert record["groups/skipped"] == 2.0 and record["groups/total"] == 2.0
+    assert record["train/optimizer_steps"] == 0.0
+
+
+def test_comparison_expert_plan_has_a_comparison_step_when_the_last_sub_goal_answers():
+    """With ``final_synthesis=False`` OPERA answers with its last sub-goal: the gold plan of a comparison must end in
+    the comparison (else it answers "2010" and f_exec is 0), and that plan is logically coherent without gold."""
+    from rolecall.optimizers.rewards.opera import plan_logic
+
+    program = ProbeProgram()
+    program.final_synthesis = False
+    plan = OperaRoleTasks(program, MAPGRPOConfig()).gold_expert("plan", _item(COMPARISON))["sub_goals"]
+    assert plan == [
+        "In which year was the band Yaebroria formed?",
+        "In which year was the band Traveilt Archives formed?",
+        "Which band was formed earlier, Yaebroria or Traveilt Archives, given [year from step 1] and "
+        "[year from step 2]?",
+    ]
+    assert plan_logic(plan) == 1.0
+    program.final_synthesis = True  # the synthesis combines the look-ups: the gold plan is the decomposition
+    assert len(OperaRoleTasks(program, MAPGRPOConfig()).gold_expert("plan", _item(COMPARISON))["sub_goals"]) == 2
