@@ -6,7 +6,13 @@ on the embedded SmolLM2-135M:
 1. prompt-only: the program with its built-in few-shot demos, evaluated on held-out test questions;
 2. BootstrapFewShot (``--methods bfs``): DSPy's demo bootstrapping on the training questions, then evaluated;
 3. SFT(gold): the same program compiled with ``rolecall.optimizers.SFT`` on training questions (each adapter trained
-   on its own demo-free prompts along the gold path, within a wall-clock budget), evaluated on the same questions.
+   on its own demo-free prompts along the gold path, within a wall-clock budget), evaluated on the same questions;
+4. OPERA's RL ladder on top of that SFT warm start (``--methods mapgrpo,grpo``): ``SFT + MAPGRPO`` (progressive,
+   expert-augmented groups, c_best without gradient unless ``--expert-gradient``: then the row is "SFT + MAPGRPO +
+   off-policy guidance") and ``SFT + GRPO`` (``JointGRPO``: all roles at once, no expert), each within
+   ``--rl-minutes``. The warm start is the program the SFT row saved (``<runs>/<dataset>/<program>/sft/program``;
+   ``--warm-start DIR`` for another); the row records its per-step cost and per-phase timing, and the reward curves
+   go to ``<runs>/.../<method>/rewards.png``.
 
 Reported per row: EM with a question-bootstrap 95% interval, F1, training minutes, prompt tokens per LM call and LM
 calls per question (demo-free prompts are the point of training), and each role's parse rate. Results go to
@@ -57,6 +63,8 @@ def _row_settings(args: Any, method: str) -> dict[str, Any]:
         keys += ["bfs_demos"]
     if method == "SFT(gold)":
         keys += ["budget_minutes", "epochs", "max_steps", "learning_rate", "lr_schedule", "batch_size", "grad_accum"]
+    if method.startswith("SFT + "):
+        keys += ["rl_minutes", "rl_steps", "group_size", "inputs_per_step", "expert_gradient", "warm_start"]
     return {k: getattr(args, k) for k in keys}
 
 
@@ -107,7 +115,7 @@ def main() -> None:
         help="synthetic world (its train/test splits), or a real dev subset in ../shared/data split 80/20 by a hash "
         "of the question id",
     )
-    parser.add_argument("--methods", default="prompt,sft", help="comma-separated, from prompt, bfs, sft")
+    parser.add_argument("--methods", default="prompt,sft", help="comma-separated, from prompt, bfs, sft, mapgrpo, grpo")
     parser.add_argument("--test-questions", type=int, default=200, help="held-out test questions (default 200)")
     parser.add_argument("--train-questions", type=int, default=400, help="training questions (default 400)")
     parser.add_argument("--budget-minutes", type=float, default=15.0, help="SFT wall-clock budget (default 15)")
@@ -123,6 +131,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2, help="SFT samples per forward pass (default 2)")
     parser.add_argument("--grad-accum", type=int, default=1, help="SFT micro-batches per optimizer step (default 1)")
     parser.add_argument("--bfs-demos", type=int, default=3, help="BootstrapFewShot bootstrapped demos per role")
+    parser.add_argument("--rl-minutes", type=float, default=20.0, help="MAPGRPO / GRPO wall-clock budget (default 20)")
+    parser.add_argument("--rl-steps", default="plan=6,analysis=8,rewrite=2", help="RL steps per stage (role=N,...)")
+    parser.add_argument("--group-size", type=int, default=4, help="RL group size G, c_best included (default 4)")
+    parser.add_argument("--inputs-per-step", type=int, default=4, help="RL groups per optimizer step (default 4)")
+    parser.add_argument("--expert-gradient", action="store_true", help="MAPGRPO: c_best gets a gradient too")
+    parser.add_argument("--warm-start", type=Path, default=None, help="the SFT program RL starts from")
     parser.add_argument("--threads", type=int, default=16, help="questions evaluated concurrently (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
     parser.add_argument("--runs", type=Path, default=RUNS, help="where evaluation records and programs are written")
@@ -148,8 +162,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if set(methods) - {"prompt", "bfs", "sft"}:
-        parser.error(f"--methods takes prompt, bfs and sft; got {args.methods!r}")
+    if set(methods) - {"prompt", "bfs", "sft", "mapgrpo", "grpo"}:
+        parser.error(f"--methods takes prompt, bfs, sft, mapgrpo and grpo; got {args.methods!r}")
 
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import evaluate
@@ -243,7 +257,84 @@ def main() -> None:
                 for a, n in row["sft_steps"].items()
             }
             record(row)
+        for method in [m for m in ("mapgrpo", "grpo") if m in methods]:
+            record(_rl_row(args, name, method, retriever, test))
     print(table(rows))
+
+
+def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) -> dict[str, Any]:
+    """One rung of the RL ladder: the saved SFT program, trained further with MAPGRPO or JointGRPO, evaluated."""
+    from rolecall.data.synthetic import synthetic_world
+    from rolecall.evaluation import evaluate
+    from rolecall.lm import LocalLM
+    from rolecall.optimizers import MAPGRPO, JointGRPO, MAPGRPOConfig
+    from rolecall.optimizers.sft import parse_max_steps
+    from rolecall.programs.registry import get_program_class
+
+    warm = args.warm_start or args.runs / name / "sft" / "program"
+    if not (warm / "program.json").is_file():
+        raise SystemExit(f"{method}: no SFT program at {warm}; run --methods sft first or pass --warm-start DIR")
+    args.warm_start = str(warm)
+    steps = parse_max_steps(args.rl_steps)
+    if not isinstance(steps, dict):
+        raise SystemExit(f"--rl-steps takes role=N,role=N; got {args.rl_steps!r}")
+    program = get_program_class(name).load(warm, retriever=retriever, lm=LocalLM())
+    out = args.runs / name / method
+    shutil.rmtree(out, ignore_errors=True)
+    config = MAPGRPOConfig(stages=tuple(steps), steps=steps, group_size=args.group_size,
+                           inputs_per_step=args.inputs_per_step, time_budget_s=args.rl_minutes * 60,
+                           expert_gradient=args.expert_gradient and method == "mapgrpo", num_threads=args.threads,
+                           output_dir=out, seed=args.seed)  # fmt: skip
+    optimizer = MAPGRPO(config) if method == "mapgrpo" else JointGRPO(config, progressive=False, expert="none")
+    train = synthetic_world(seed=args.seed).train if args.dataset == "synthetic" else None
+    if train is None:
+        raise SystemExit("the RL ladder runs on the synthetic world (its rewards need gold decompositions)")
+    started = time.perf_counter()
+    program.compile(optimizer=optimizer, trainset=train[: args.train_questions])
+    minutes = (time.perf_counter() - started) / 60
+    program.save(out / "program")
+    result = evaluate(program, test, num_threads=args.threads, output_dir=out / "eval")
+    label = "SFT + MAPGRPO" if method == "mapgrpo" else "SFT + GRPO"
+    if config.expert_gradient:
+        label += " + off-policy guidance"
+    row = _row(name, label, result.summary, minutes, args.dataset)
+    history = optimizer.history
+    phases = ("collect", "generate", "execute", "score", "update", "step")
+    row["rl_steps"] = {s: sum(r["stage"] == s for r in history) for s in steps}
+    row["rl_step_seconds"] = {s: round(sum(r["time/step"] for r in history if r["stage"] == s)
+                                       / max(1, row["rl_steps"][s]), 1) for s in steps}  # fmt: skip
+    row["rl_phase_seconds"] = {p: round(sum(r[f"time/{p}"] for r in history) / max(1, len(history)), 1) for p in phases}
+    row["rl_reward_mean"] = {
+        s: [round(r.get("reward/mean", 0.0), 3) for r in history if r["stage"] == s] for s in steps
+    }
+    row["rl_groups_skipped"] = sum(r.get("groups/skipped", 0.0) for r in history)
+    _plot_rewards(history, out / "rewards.png", label)
+    return row
+
+
+def _plot_rewards(history: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Mean group reward per step, one panel per stage."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stages = list(dict.fromkeys(r["stage"] for r in history))
+    if not stages:
+        return
+    fig, axes = plt.subplots(1, len(stages), figsize=(4 * len(stages), 3), squeeze=False)
+    for ax, stage in zip(axes[0], stages, strict=True):
+        rows = [r for r in history if r["stage"] == stage]
+        ax.plot([r["step"] for r in rows], [r.get("reward/mean", 0.0) for r in rows], marker="o", label="policy")
+        ax.plot([r["step"] for r in rows], [r.get("reward/expert", 0.0) for r in rows], ls="--", label="c_best")
+        ax.set_title(stage)
+        ax.set_xlabel("step")
+        ax.set_ylabel("mean reward")
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -221,17 +221,28 @@ def _add_compile_parser(sub: Any) -> None:
         help="train a program's role adapters with a weight optimizer and save the compiled program",
         description="Build a registered program on the embedded LM, train its role adapters on a training split with\n"
         "a weight optimizer, and save it (options, adapters, demo policy) to OUT, where `rolecall eval --load OUT`\n"
-        "evaluates it. SFT trains each adapter on the program's own prompts along the gold path, demo-free.\n\n"
-        "Writes OUT/program.json, OUT/adapters/<adapter>/, OUT/metrics.jsonl, OUT/loss.png.",
+        "evaluates it. SFT trains each adapter on the program's own prompts along the gold path, demo-free.\n"
+        "A comma-separated --optimizer is a chain: `sft,mapgrpo` warms OPERA's roles up with SFT, then runs MAPGRPO\n"
+        "(`sft,grpo`: single-stage GRPO over all roles at once) within --rl-minutes.\n\n"
+        "Writes OUT/program.json, OUT/adapters/<adapter>/, OUT/metrics.jsonl, OUT/loss.png (a chain: OUT/sft/...,\n"
+        "OUT/mapgrpo/metrics.jsonl and OUT/rewards.png).",
         epilog="examples:\n"
         "  rolecall compile --program opera --optimizer sft --dataset synthetic --out runs/opera-sft\n"
         "  rolecall eval --load runs/opera-sft --dataset synthetic --limit 100\n"
+        "  rolecall compile --program opera --optimizer sft,mapgrpo --rl-minutes 15 --out runs/opera-sft-mapgrpo\n"
         "  rolecall compile --program opera --dataset musique --out runs/opera-musique\n"
         "  rolecall eval --load runs/opera-musique --dataset musique --split test",
         formatter_class=_HelpFormatter,
     )
     p.add_argument("--program", required=True, choices=program_names(), help="the program to train")
-    p.add_argument("--optimizer", default="sft", choices=("sft",), help="the weight optimizer (default: %(default)s)")
+    p.add_argument(
+        "--optimizer",
+        default="sft",
+        metavar="sft[,mapgrpo|,grpo]",
+        help="the weight optimizer, or a chain of them: sft, sft,mapgrpo, sft,grpo, mapgrpo (default: %(default)s)",
+    )
+    p.add_argument("--rl-minutes", type=float, default=15.0, help="MAPGRPO / GRPO wall-clock budget (default: 15)")
+    p.add_argument("--group-size", type=int, default=4, help="RL group size G, c_best included (default: 4)")
     p.add_argument(
         "--dataset",
         default="synthetic",
@@ -422,29 +433,42 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from rolecall.data.synthetic import synthetic_world
     from rolecall.lm.embedded import DEFAULT_LM
     from rolecall.lm.local import LocalLM
-    from rolecall.optimizers.sft import GOLD_BUILDERS, SFT, parse_max_steps
+    from rolecall.optimizers.sft import GOLD_BUILDERS
     from rolecall.programs.registry import build_program
 
-    if get_program_class(args.program) not in GOLD_BUILDERS:
+    chain = [o.strip().lower() for o in args.optimizer.split(",") if o.strip()]
+    known = ("sft", "mapgrpo", "grpo")
+    if not chain or any(o not in known for o in chain) or len(set(chain)) != len(chain):
+        raise ConfigError(
+            f"--optimizer takes sft, mapgrpo or grpo, or a chain such as sft,mapgrpo; got {args.optimizer!r}"
+        )
+    if "sft" in chain and chain[0] != "sft":
+        raise ConfigError(f"--optimizer {args.optimizer}: sft is the warm start, so it comes first (sft,mapgrpo)")
+    rl = [o for o in chain if o != "sft"]
+    if len(rl) > 1:
+        raise ConfigError(f"--optimizer {args.optimizer}: pick one of mapgrpo and grpo after sft")
+    if rl and args.program != "opera":
+        raise ConfigError(f"--optimizer {rl[0]} trains OPERA's plan/analysis/rewrite roles, not {args.program!r}")
+    if "sft" in chain and get_program_class(args.program) not in GOLD_BUILDERS:
         names = ", ".join(n for n in program_names() if get_program_class(n) in GOLD_BUILDERS)
         raise ConfigError(f"--optimizer sft has gold-path targets for {names}; {args.program!r} has none yet")
-    for name in ("k", "threads"):
+    for name in ("k", "threads", "group_size"):
         if getattr(args, name) < 1:
-            raise ConfigError(f"--{name} must be >= 1, got {getattr(args, name)}")
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.rl_minutes <= 0:
+        raise ConfigError(f"--rl-minutes must be > 0, got {args.rl_minutes}")
     options = parse_program_options(args.program, args.option)
-    optimizer = SFT(  # options checked before the model loads
-        epochs=args.epochs,
-        max_steps=parse_max_steps(args.max_steps),
-        resume=args.resume,
-        learning_rate=args.learning_rate,
-        lr_schedule=args.lr_schedule,
-        micro_batch_size=args.batch_size,
-        gradient_accumulation_steps=args.grad_accum,
-        time_budget_minutes=args.budget_minutes,
-        num_threads=args.threads,
-        output_dir=str(args.out),
-        show_progress=not args.no_progress,
-    )
+    optimizers: list[Any] = []
+    if "sft" in chain:
+        optimizers.append(_sft_from_args(args, args.out / "sft" if rl else args.out))
+    if rl:
+        from rolecall.optimizers import MAPGRPO, JointGRPO, MAPGRPOConfig
+
+        config = MAPGRPOConfig(group_size=args.group_size, time_budget_s=args.rl_minutes * 60,
+                               output_dir=args.out / rl[0], resume=args.resume, num_threads=args.threads,
+                               seed=args.seed, show_progress=not args.no_progress)  # fmt: skip
+        optimizers.append(MAPGRPO(config) if rl[0] == "mapgrpo" else JointGRPO(config, progressive=False,
+                                                                                 expert="none"))  # fmt: skip
     if args.dataset == "synthetic":
         world = synthetic_world(seed=args.seed)
         trainset, corpus = list(world.train), list(world.corpus)
@@ -460,15 +484,44 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         options["top_k"] = args.k
     program = build_program(args.program, _build_retriever("bm25", corpus, args.k), lm, **options)
     started = time.perf_counter()
-    program.compile(optimizer=optimizer, trainset=trainset)
+    program.compile(optimizer=optimizers if len(optimizers) > 1 else optimizers[0], trainset=trainset)
     program.save(args.out)
     minutes = (time.perf_counter() - started) / 60
-    steps = {r["adapter"]: r["step"] for r in optimizer.history}
     what = f"{len(trainset)} {args.dataset} questions"
-    print(f"{args.program} compiled with {args.optimizer} on {what} in {minutes:.1f} min")
-    print(f"optimizer steps per adapter: {steps}")
-    print(f"saved: {args.out} (evaluate with: rolecall eval --load {args.out})\nloss curve: {args.out / 'loss.png'}")
+    print(f"{args.program} compiled with {','.join(chain)} on {what} in {minutes:.1f} min")
+    for name, optimizer in zip(chain, optimizers, strict=True):
+        steps: dict[str, int] = {}
+        for r in optimizer.history:
+            steps[r.get("adapter", r["stage"])] = r["step"]
+        print(f"{name} optimizer steps per adapter: {steps}")
+    print(f"saved: {args.out} (evaluate with: rolecall eval --load {args.out})")
+    if "sft" in chain:
+        print(f"loss curve: {(args.out / 'sft' if rl else args.out) / 'loss.png'}")
+    if rl:
+        from rolecall.demo import plot_training_curve
+
+        if plot_training_curve(args.out / rl[0] / "metrics.jsonl", args.out / "rewards.png"):
+            print(f"reward curves: {args.out / 'rewards.png'}")
     return 0
+
+
+def _sft_from_args(args: argparse.Namespace, output_dir: Path) -> Any:
+    """The SFT optimizer ``rolecall compile``'s flags describe (checked before the model loads)."""
+    from rolecall.optimizers.sft import SFT, parse_max_steps
+
+    return SFT(
+        epochs=args.epochs,
+        max_steps=parse_max_steps(args.max_steps),
+        resume=args.resume,
+        learning_rate=args.learning_rate,
+        lr_schedule=args.lr_schedule,
+        micro_batch_size=args.batch_size,
+        gradient_accumulation_steps=args.grad_accum,
+        time_budget_minutes=args.budget_minutes,
+        num_threads=args.threads,
+        output_dir=str(output_dir),
+        show_progress=not args.no_progress,
+    )
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

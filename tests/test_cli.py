@@ -277,6 +277,39 @@ def test_compile_rejects_a_program_without_gold_targets_before_loading(monkeypat
     )
 
 
+def test_compile_chains_sft_and_mapgrpo(tmp_path, tiny_model, smollm_tokenizer, capsys):
+    """`--optimizer sft,mapgrpo`: SFT writes OUT/sft/, then MAPGRPO (its budget spent after one plan step) writes
+    OUT/mapgrpo/metrics.jsonl and the reward curves; the saved program holds both."""
+    model_dir, saved = tmp_path / "tiny", tmp_path / "chained"
+    tiny_model.save_pretrained(model_dir)
+    smollm_tokenizer.save_pretrained(model_dir)
+    argv = ["compile", "--program", "opera", "--optimizer", "sft,mapgrpo", "--limit", "3", "--max-steps", "1",
+            "--rl-minutes", "0.01", "--group-size", "2", "--model", str(model_dir)]  # fmt: skip
+    assert main([*argv, "--out", str(saved), "--no-progress", "--threads", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "opera compiled with sft,mapgrpo on 3 synthetic questions" in printed
+    assert "mapgrpo optimizer steps per adapter: {'plan': 1}" in printed
+    assert (saved / "sft" / "loss.png").is_file() and (saved / "program.json").is_file()
+    (record,) = [json.loads(line) for line in (saved / "mapgrpo" / "metrics.jsonl").read_text().splitlines()]
+    assert record["stage"] == "plan" and "time/execute" in record and (saved / "rewards.png").is_file()
+
+
+@pytest.mark.parametrize(
+    "optimizer, program, message",
+    [
+        ("mapgrpo,sft", "opera", "sft is the warm start, so it comes first"),
+        ("sft,mapgrpo,grpo", "opera", "pick one of mapgrpo and grpo"),
+        ("sft,mapgrpo", "reap", "trains OPERA's plan/analysis/rewrite roles, not 'reap'"),
+        ("dpo", "opera", "--optimizer takes sft, mapgrpo or grpo"),
+    ],
+)
+def test_compile_rejects_a_bad_chain_before_loading(monkeypatch, capsys, optimizer, program, message):
+    monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
+    assert main(["compile", "--program", program, "--optimizer", optimizer, "--out", "x"]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
 def test_compile_rejects_a_bad_batch_size_before_loading(monkeypatch, capsys):
     monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
     assert main(["compile", "--program", "opera", "--batch-size", "0", "--out", "x"]) == 1

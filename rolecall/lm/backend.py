@@ -267,6 +267,23 @@ class ModelBackend:
             self.model.eval()
             self.adapter_versions[name] = self.adapter_versions.get(name, 0) + 1
 
+    def copy_adapter(self, source: str, target: str) -> None:
+        """Make adapter ``target`` (created if missing) hold a copy of ``source``'s LoRA weights, for example a frozen
+        reference policy of an adapter about to be trained further.
+
+        Raises:
+            ConfigError: If ``source`` does not exist.
+        """
+        if source not in self.adapters:
+            raise ConfigError(f"No adapter named {source!r} to copy; existing adapters: {self.adapters}")
+        self.ensure_adapter(target)
+        params = dict(self.model.named_parameters())
+        with self.lock, torch.no_grad():
+            for name, param in params.items():
+                if f".{source}." in name and "lora_" in name:
+                    params[name.replace(f".{source}.", f".{target}.")].copy_(param)
+        self.mark_updated(target)
+
     def run_on_model_thread(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` on the thread that generates (the batcher's worker) and return its result.
 

@@ -13,8 +13,13 @@ samples of one prompt share a single prefill, and the groups of one step are bat
 
 The loop is :class:`~rolecall.optimizers.core.base.WeightOptimizer`'s (sequential stages, the time budget split by
 measured step cost, a checkpoint every step, resume, ``metrics.jsonl`` with per-phase timing); a step is
-``collect`` (inputs from the stage's pool) -> ``generate`` (G-1 samples per input) -> ``score`` (rewards, c_best,
-advantages) -> ``update`` (one GRPO optimizer step of the stage's adapter).
+``collect`` (inputs from the stage's pool) -> ``generate`` (G-1 samples per input) -> ``execute`` (the plan stage's
+candidate plans run downstream, each distinct one once) -> ``score`` (rewards, c_best, advantages) -> ``update`` (one
+GRPO optimizer step of the stage's adapter).
+
+``MAPGRPO(warm_start=SFT(...))`` (or ``program.compile(optimizer=[SFT(...), MAPGRPO(...)])``) starts from the
+supervised roles, as every seed paper does; pi_ref is then the warm-started adapter. :class:`JointGRPO` is the
+single-stage baseline that trains all roles at once from the same start.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
 from rolecall.optimizers.mapgrpo_roles import OperaRoleTasks, RoleInput, as_gold_record, plan_of
 from rolecall.programs.core.parallel import parallel_map
 
-__all__ = ["MAPGRPO"]
+__all__ = ["MAPGRPO", "JointGRPO"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,21 +53,26 @@ class MAPGRPO(WeightOptimizer):
 
     Args:
         config: a :class:`MAPGRPOConfig`; keyword arguments override its fields (``MAPGRPO(group_size=4)``).
+        warm_start: an optimizer (usually :class:`~rolecall.optimizers.SFT`) compiled on the same trainset first.
 
     Example:
         >>> program = OPERA(BM25(world.corpus), lm=LocalLM())                    # doctest: +SKIP
-        >>> program.compile(optimizer=MAPGRPO(group_size=4), trainset=world.train)  # doctest: +SKIP
+        >>> program.compile(optimizer=MAPGRPO(group_size=4, warm_start=SFT()), trainset=world.train)  # doctest: +SKIP
     """
 
-    def __init__(self, config: MAPGRPOConfig | None = None, **overrides: Any) -> None:
+    defaults: dict[str, Any] = {}
+    """Config fields a subclass sets differently (:class:`JointGRPO`)."""
+
+    def __init__(self, config: MAPGRPOConfig | None = None, *, warm_start: Any = None, **overrides: Any) -> None:
         if config is not None and overrides:
             config = MAPGRPOConfig(**{**vars(config), **overrides})
-        self.mapgrpo_config = cfg = config or MAPGRPOConfig(**overrides)
+        self.mapgrpo_config = cfg = config or MAPGRPOConfig(**{**self.defaults, **overrides})
+        self.warm_start = warm_start
         super().__init__(
             WeightOptimizerConfig(
                 output_dir=str(cfg.output_dir) if cfg.output_dir is not None else None,
                 time_budget_s=cfg.time_budget_s,
-                schedule="sequential",
+                schedule="sequential" if cfg.progressive else "interleaved",
                 resume=cfg.resume,
                 seed=cfg.seed,
                 show_progress=cfg.show_progress,
@@ -80,7 +90,10 @@ class MAPGRPO(WeightOptimizer):
         """
         self.records = [as_gold_record(e) for e in trainset]
         if not self.records:
-            raise ConfigError("MAPGRPO needs a non-empty trainset")
+            raise ConfigError(f"{type(self).__name__} needs a non-empty trainset")
+        if self.warm_start is not None:
+            logger.info("%s: warm start with %s", type(self).__name__, type(self.warm_start).__name__)
+            student = student.compile(optimizer=self.warm_start, trainset=trainset)
         self.program = student
         self.views = self._role_views(student)
         self.tasks = OperaRoleTasks(student, self.mapgrpo_config)
@@ -94,8 +107,14 @@ class MAPGRPO(WeightOptimizer):
         """One GRPO stage per role in ``config.stages``, one optimizer step per MAPGRPO step."""
         cfg = self.mapgrpo_config
         per_step = cfg.inputs_per_step * (cfg.policy_samples + int(cfg.expert_gradient))
+        backend = self.backend(student)
         stages = []
         for role in cfg.stages:
+            adapter = self.views[role].adapter
+            ref_adapter = None  # the base model: right for an untrained adapter (it is the identity)
+            if cfg.reference == "start" and cfg.beta[role] > 0 and not backend.is_identity_adapter(adapter):
+                ref_adapter = f"{adapter}_ref"  # a frozen copy of the warm-started adapter
+                backend.copy_adapter(adapter, ref_adapter)
             trainer = TrainerConfig(
                 loss="grpo",
                 learning_rate=cfg.learning_rate[role],
@@ -107,17 +126,27 @@ class MAPGRPO(WeightOptimizer):
                 grpo_loss_type=cfg.loss_type,
                 max_completion_length=cfg.max_completion_length,
                 temperature=cfg.temperature,
+                ref_adapter=ref_adapter,
             )
-            stages.append(Stage(name=role, adapter=self.views[role].adapter, steps=cfg.steps[role], trainer=trainer,
+            stages.append(Stage(name=role, adapter=adapter, steps=cfg.steps[role], trainer=trainer,
                                 roles=(role,)))  # fmt: skip
         return stages
 
+    def setup(self, student: Any, trainset: Sequence[Any], stages: list[Stage]) -> None:
+        """Single-stage GRPO: every role's inputs from the starting program, before any role trains."""
+        if not self.mapgrpo_config.progressive:
+            for stage in stages:
+                self._collect_pool(stage.name)
+
     def start_stage(self, ctx: StepContext) -> bool:
         """Collect the stage's training inputs with the earlier agents trained (Eq. 5-6); False when there are none."""
-        role = ctx.stage.name
+        if ctx.stage.name not in self.pools:
+            self._collect_pool(ctx.stage.name)
+        return bool(self.pools[ctx.stage.name])
+
+    def _collect_pool(self, role: str) -> None:
         self.pools[role] = self.tasks.collect(role, self.records, random.Random(f"{self.mapgrpo_config.seed}-{role}"))
-        logger.info("MAPGRPO %s: %d training inputs collected", role, len(self.pools[role]))
-        return bool(self.pools[role])
+        logger.info("%s %s: %d training inputs collected", type(self).__name__, role, len(self.pools[role]))
 
     def collect(self, ctx: StepContext) -> list[RoleInput]:
         """The step's ``inputs_per_step`` inputs from the stage's pool."""
@@ -153,25 +182,31 @@ class MAPGRPO(WeightOptimizer):
             "stop": tuple(role_kwargs.get("stop", ())),
         }
 
-    def score(self, ctx: StepContext, generated: dict[str, Any]) -> tuple[list[TrainingSample], dict[str, float]]:
-        """Parse and score the candidates, add c_best to each group, and turn the groups into GRPO samples.
-
-        Plan candidates, extra best-of-N samples and expert plans of the whole step are executed in one concurrent
-        wave (each distinct plan once). A group whose on-policy rewards are all equal carries no GRPO signal: it is
-        skipped and counted (``groups/skipped``).
-        """
+    def execute(self, ctx: StepContext, generated: dict[str, Any]) -> dict[str, Any]:
+        """Parse the candidates and build the gold experts; in the plan stage, execute the step's candidate plans,
+        extra best-of-N samples and expert plans in one concurrent wave (each distinct plan once, cached)."""
         cfg, role = self.mapgrpo_config, ctx.stage.name
-        predictor, view, tasks = self.program.roles[role], self.views[role], self.tasks
-        batch, messages, groups = generated["batch"], generated["messages"], generated["groups"]
-        adapter, extras = generated["adapter"], generated["extras"]
-        outputs = [[_parse(adapter, predictor.signature, c.text) for c in g] for g in groups]
-        extra_outputs = [[_parse(adapter, predictor.signature, c.text) for c in g] for g in extras]
-        gold = [tasks.gold_expert(role, item) if cfg.expert == "gold" else None for item in batch]
+        signature, adapter, batch = self.program.roles[role].signature, generated["adapter"], generated["batch"]
+        outputs = [[_parse(adapter, signature, c.text) for c in g] for g in generated["groups"]]
+        extra_outputs = [[_parse(adapter, signature, c.text) for c in g] for g in generated["extras"]]
+        gold = [self.tasks.gold_expert(role, item) if cfg.expert == "gold" else None for item in batch]
+        tasks = self.tasks
         if role == "plan":  # one wave of executions for the step; score_one reads them from the cache
             wave = []
             for item, outs, more, expert_out in zip(batch, outputs, extra_outputs, gold, strict=True):
                 wave += [(item.record.question, plan) for plan in _plans([*outs, *more, expert_out])]
             tasks.execute_plans(wave)
+        return {**generated, "outputs": outputs, "extra_outputs": extra_outputs, "gold": gold}
+
+    def score(self, ctx: StepContext, generated: dict[str, Any]) -> tuple[list[TrainingSample], dict[str, float]]:
+        """Score the candidates (plans from the execution cache), add c_best to each group, and turn the groups into
+        GRPO samples. A group whose on-policy rewards are all equal carries no GRPO signal: it is skipped and counted
+        (``groups/skipped``)."""
+        cfg, role = self.mapgrpo_config, ctx.stage.name
+        predictor, view, tasks = self.program.roles[role], self.views[role], self.tasks
+        batch, messages, groups = generated["batch"], generated["messages"], generated["groups"]
+        outputs, extra_outputs, gold = generated["outputs"], generated["extra_outputs"], generated["gold"]
+        adapter = generated["adapter"]
 
         def score_one(i: int) -> tuple[list[tuple[float, dict]], tuple[float, dict] | None, dict[str, Any] | None]:
             scored = tasks.score(role, batch[i], outputs[i])
@@ -252,6 +287,20 @@ class MAPGRPO(WeightOptimizer):
                 )
             views[stage] = lm
         return views
+
+
+class JointGRPO(MAPGRPO):
+    """Single-stage GRPO over all of OPERA's roles at once (the paper's "GRPO" row of the ablation ladder).
+
+    The same rewards, group sampling and trainer as :class:`MAPGRPO`, but not progressive: every role's inputs are
+    collected from the starting program (no agent sees the inputs of an earlier trained agent), the roles' steps
+    interleave over one budget, and there is no expert c_best (``expert="none"``; pass ``expert="gold"`` to keep it).
+
+    Example:
+        >>> program.compile(optimizer=JointGRPO(warm_start=SFT()), trainset=world.train)  # doctest: +SKIP
+    """
+
+    defaults = {"progressive": False, "expert": "none"}
 
 
 def _demos(predictor: Any) -> list[dict[str, Any]]:

@@ -9,9 +9,10 @@ from typing import Literal, get_args
 from rolecall.errors import ConfigError
 from rolecall.optimizers.rewards.opera import AnalysisRewardWeights, PlanRewardWeights, RewriteRewardWeights
 
-__all__ = ["MAPGRPOConfig", "ExpertSource", "OPERA_ROLES"]
+__all__ = ["MAPGRPOConfig", "ExpertSource", "Reference", "OPERA_ROLES"]
 
 ExpertSource = Literal["gold", "best_of_n", "none"]
+Reference = Literal["start", "base"]
 OPERA_ROLES = ("plan", "analysis", "rewrite")
 
 
@@ -22,6 +23,13 @@ class MAPGRPOConfig:
     stages: tuple[str, ...] = OPERA_ROLES
     """Roles trained one after another; each stage's inputs come from running the program with the earlier stages
     already trained (Eq. 5-6). Paper order: plan -> analysis -> rewrite."""
+    progressive: bool = True
+    """True: MAPGRPO, stage after stage, each collecting its inputs with the earlier agents trained. False: the
+    single-stage GRPO baseline (the paper's "GRPO" row): every role's inputs are collected from the starting program
+    and the roles' steps interleave over one shared budget."""
+    reference: Reference = "start"
+    """pi_ref of the KL term (Eq. 4): ``"start"`` is each role's adapter as it is when this optimizer starts (the SFT
+    warm start; the base model for an untrained adapter); ``"base"`` is the base model (adapters disabled)."""
     group_size: int = 8
     """G: completions per input, including the expert c_best when there is one (paper YAML: 8; reference code: 12)."""
     steps: dict[str, int] = field(default_factory=lambda: {"plan": 4, "analysis": 8, "rewrite": 3})
@@ -91,6 +99,8 @@ class MAPGRPOConfig:
             raise ConfigError(f"group_size must be >= 2 (a group needs a baseline), got {self.group_size}")
         if self.inputs_per_step < 1 or self.collect_questions < 1:
             raise ConfigError("inputs_per_step and collect_questions must be >= 1")
+        if self.reference not in get_args(Reference):
+            raise ConfigError(f"reference must be one of {get_args(Reference)}, got {self.reference!r}")
         if self.expert not in get_args(ExpertSource):
             raise ConfigError(f"expert must be one of {get_args(ExpertSource)}, got {self.expert!r}")
         if not 0.0 < self.epsilon < 1.0:

@@ -261,9 +261,16 @@ class OperaRoleTasks:
             return [self._executions.get(k) if k is not None else None for k in keys]
 
     def _execution_key(self, question: str, plan: list[str]) -> tuple[Any, ...]:
+        """(question, plan, versions of the adapters executing it): every role's but the plan agent's own."""
         backend = getattr(getattr(self.program, "lm", None), "backend", None)
-        versions = tuple(sorted(getattr(backend, "adapter_versions", {}).items()))
-        return question, tuple(plan), versions
+        versions = getattr(backend, "adapter_versions", {})
+        adapter_name = getattr(self.program, "adapter_name", None)
+        downstream = (
+            {adapter_name(r) for r in self.program.roles if r != "plan"} - {adapter_name("plan")}
+            if adapter_name is not None and hasattr(self.program, "roles")
+            else set(versions)
+        )
+        return question, tuple(plan), tuple(sorted((a, versions.get(a, 0)) for a in downstream))
 
     # ------------------------------------------------------------------ experts
     def gold_expert(self, role: str, item: RoleInput) -> dict[str, Any] | None:

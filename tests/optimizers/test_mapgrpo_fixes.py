@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import dspy
 import pytest
+import torch
 
 from rolecall.data.synthetic import synthetic_world
 from rolecall.lm import LocalLM
@@ -192,3 +193,92 @@ def test_comparison_expert_plan_has_a_comparison_step_when_the_last_sub_goal_ans
     assert plan_logic(plan) == 1.0
     program.final_synthesis = True  # the synthesis combines the look-ups: the gold plan is the decomposition
     assert len(OperaRoleTasks(program, MAPGRPOConfig()).gold_expert("plan", _item(COMPARISON))["sub_goals"]) == 2
+
+
+def _snapshot(lm, adapter):
+    return {n.replace(f".{adapter}.", ".X."): p.detach().clone() for n, p in lm.hf_model.named_parameters()
+            if f".{adapter}." in n and "lora_" in n}  # fmt: skip
+
+
+def test_chained_compile_warm_starts_rl_from_sft_and_keeps_sft_as_the_reference(world, tiny_model, smollm_tokenizer):
+    """``compile(optimizer=[SFT, MAPGRPO])``: SFT trains first, the compiled roles run demo-free, and the KL
+    reference of the RL stage is a frozen copy of the SFT adapter (not the base model, which SFT moved away from)."""
+    from rolecall.optimizers import SFT
+
+    lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=8)
+    program = OPERA(BM25(world.corpus), lm=lm, max_steps=1, max_rewrites=0)
+    sft = SFT(roles=("plan",), max_steps=1, epochs=1.0, learning_rate=1e-2, show_progress=False, num_threads=2)
+    seen: dict[str, dict] = {}
+
+    class Probe(MAPGRPO):
+        def start_stage(self, ctx):
+            seen["ref"] = _snapshot(lm, "plan_ref")
+            seen["sft"] = _snapshot(lm, "plan")
+            seen["ref_adapter"] = ctx.stage.trainer.ref_adapter
+            return super().start_stage(ctx)
+
+    rl = Probe(stages=("plan",), steps={"plan": 1}, group_size=2, inputs_per_step=1, collect_questions=1,
+               max_completion_length=8, execute_plans=False, expert_gradient=True, show_progress=False)  # fmt: skip
+    compiled = program.compile(optimizer=[sft, rl], trainset=world.train[:4])
+    assert compiled is program and sft.history and rl.history
+    assert program.runs_demo_free("plan") and not program.roles["plan"].demos
+    assert seen["ref_adapter"] == "plan_ref"
+    assert any(bool(v.abs().sum()) for k, v in seen["sft"].items() if "lora_B" in k)  # SFT moved the adapter
+    for name, value in seen["sft"].items():
+        assert torch.equal(seen["ref"][name], value)
+    after = _snapshot(lm, "plan_ref")
+    assert all(torch.equal(after[n], v) for n, v in seen["ref"].items())  # the reference stays frozen
+
+
+def test_warm_start_argument_and_joint_grpo_collects_every_pool_up_front(world, tiny_model, smollm_tokenizer):
+    """``MAPGRPO(warm_start=SFT(...))`` is the same chain; ``JointGRPO`` (single-stage GRPO) collects every role's
+    inputs before any role trains, interleaves the roles' steps and uses no expert."""
+    from rolecall.optimizers import SFT, JointGRPO
+
+    lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=8)
+    program = OPERA(BM25(world.corpus), lm=lm, max_steps=1, max_rewrites=0)
+    backend = lm.backend
+    collected: list[tuple[str, int]] = []
+    real_collect = OperaRoleTasks.collect
+
+    def recording_collect(self, role, records, rng):
+        collected.append((role, backend.adapter_versions.get("plan", 0)))
+        return real_collect(self, role, records, rng)
+
+    sft = SFT(roles=("plan",), max_steps=1, epochs=1.0, learning_rate=1e-2, show_progress=False, num_threads=2)
+    joint = JointGRPO(stages=("plan", "analysis"), steps={"plan": 1, "analysis": 1}, group_size=2, inputs_per_step=1,
+                      collect_questions=1, max_completion_length=8, execute_plans=False, show_progress=False,
+                      warm_start=sft)  # fmt: skip
+    assert joint.mapgrpo_config.expert == "none" and not joint.mapgrpo_config.progressive
+    assert joint.config.schedule == "interleaved"
+    import unittest.mock
+
+    with unittest.mock.patch.object(OperaRoleTasks, "collect", recording_collect):
+        program.compile(optimizer=joint, trainset=world.train[:4])
+    assert sft.history  # the warm start ran
+    assert [role for role, _ in collected] == ["plan", "analysis"]
+    assert len({version for _, version in collected}) == 1  # both pools before the first RL step
+    assert [r["stage"] for r in joint.history] == ["plan", "analysis"]
+
+
+def test_copy_adapter_is_an_independent_copy(tiny_model, smollm_tokenizer):
+    lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer)
+    backend = lm.backend
+    backend.ensure_adapter("src")
+    with torch.no_grad():
+        for n, p in lm.hf_model.named_parameters():
+            if ".src." in n and "lora_B" in n:
+                p.fill_(0.5)
+    backend.copy_adapter("src", "dst")
+    assert not backend.is_identity_adapter("dst")
+    src, dst = _snapshot(lm, "src"), _snapshot(lm, "dst")
+    assert src.keys() == dst.keys() and all(torch.equal(src[n], dst[n]) for n in src)
+    with torch.no_grad():
+        for n, p in lm.hf_model.named_parameters():
+            if ".src." in n and "lora_B" in n:
+                p.fill_(0.0)
+    assert not backend.is_identity_adapter("dst")  # training the source later leaves the copy as it was
+    from rolecall.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="No adapter named 'nope'"):
+        backend.copy_adapter("nope", "x")

@@ -10,13 +10,14 @@ one step does. The contract:
   per-stage input collection with the earlier agents trained). Both must depend only on their inputs and the
   adapters: they run under a private copy of the RNGs, so an uninterrupted and a resumed run stay identical.
 - per step, in order: ``collect(ctx) -> batch`` (take inputs from the stage's sample stream, ``ctx.take(items, n)``,
-  which the checkpoint resumes by position), ``generate(ctx, batch)`` (rollouts; default: none), ``score(ctx,
-  generated) -> (samples, metrics)`` (rewards, advantages; default: the batch already is the samples) and
+  which the checkpoint resumes by position), ``generate(ctx, batch)`` (rollouts; default: none), ``execute(ctx,
+  generated)`` (running what the rollouts proposed downstream, such as MAPGRPO's candidate plans; default: none),
+  ``score(ctx, generated) -> (samples, metrics)`` (rewards, advantages; default: the batch already is the samples) and
   ``update(ctx, samples, trainer) -> metrics`` (default: ``trainer.step(samples)``). Randomness comes from
   ``ctx.rng`` or the global RNGs; all of them are checkpointed.
 
 The base writes ``<output_dir>/metrics.jsonl`` (one flat line per step, with ``time/collect``, ``time/generate``,
-``time/score``, ``time/update`` and ``time/step`` in seconds), an atomic checkpoint after every step
+``time/execute``, ``time/score``, ``time/update`` and ``time/step`` in seconds), an atomic checkpoint after every step
 (:mod:`rolecall.optimizers.core.checkpoint`), ``summary.json`` (steps done and why training stopped) and the final
 adapters under ``adapters/<name>/``. ``resume=True`` continues from the last checkpoint, after a SIGKILL too.
 """
@@ -55,7 +56,7 @@ __all__ = ["Stage", "StepContext", "WeightOptimizer", "WeightOptimizerConfig"]
 
 logger = logging.getLogger(__name__)
 
-PHASES = ("collect", "generate", "score", "update")
+PHASES = ("collect", "generate", "execute", "score", "update")
 """The timed phases of one step, in order (``time/<phase>`` in ``metrics.jsonl``)."""
 
 
@@ -130,6 +131,10 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
     def generate(self, ctx: StepContext, batch: Any) -> Any:
         """Rollouts for the batch (default: none; the batch passes through)."""
         return batch
+
+    def execute(self, ctx: StepContext, generated: Any) -> Any:
+        """Downstream work the rewards need, timed apart from scoring (default: none; ``generated`` passes through)."""
+        return generated
 
     def score(self, ctx: StepContext, generated: Any) -> tuple[list[TrainingSample], dict[str, float]]:
         """Training samples and reward metrics of the generated batch (default: it already is the samples)."""
@@ -234,6 +239,8 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         times["collect"] = self.clock()
         generated = self.generate(ctx, batch)
         times["generate"] = self.clock()
+        generated = self.execute(ctx, generated)
+        times["execute"] = self.clock()
         samples, metrics = self.score(ctx, generated)
         times["score"] = self.clock()
         metrics = {**metrics, **self.update(ctx, samples, trainer)}

@@ -65,6 +65,9 @@ class TrainerConfig:
     """``"dr_grpo"`` only: the generation budget in the normalizer B * max_completion_length."""
     temperature: float = 1.0
     """Logits are divided by it before the log-softmax; set it to the sampling temperature for GRPO/OPD ratios."""
+    share_prompt_prefix: bool = True
+    """GRPO / token_advantage: micro-batches hold the completions of one prompt together, and a micro-batch whose
+    rows share their prompt encodes it once (its KV cache repeated over the rows) instead of once per row."""
     ref_adapter: str | None = None
     """The reference policy of DPO and the GRPO KL: None is the base model (adapters disabled), else this adapter."""
 

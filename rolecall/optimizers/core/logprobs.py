@@ -19,7 +19,7 @@ from rolecall.errors import ConfigError
 from rolecall.optimizers.grpo.logprobs import adapter_active, adapters_disabled, check_batch
 from rolecall.optimizers.grpo.loss import selective_log_softmax
 
-__all__ = ["per_token_logps", "reference_per_token_logps"]
+__all__ = ["per_token_logps", "shared_prefix_per_token_logps", "reference_per_token_logps"]
 
 
 def per_token_logps(
@@ -68,6 +68,62 @@ def per_token_logps(
     logps = selective_log_softmax(logits, input_ids[:, first:])  # (B, T - first)
     full = torch.cat([logps.new_zeros(batch_size, first), logps], dim=1)  # (B, T)
     return torch.where(mask, full, torch.zeros_like(full))
+
+
+def shared_prefix_per_token_logps(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_mask: torch.Tensor,
+    prompt_length: int,
+    *,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """:func:`per_token_logps` for rows that all start with the same ``prompt_length``-token prompt (the G completions
+    of one GRPO group): the prompt is encoded once and its KV cache repeated over the rows, so a row costs its
+    completion only. Gradients flow through the shared prompt pass too (LoRA acts on the prompt's keys and values).
+
+    Args:
+        model: A causal LM (or a PEFT model: its active adapter is used).
+        input_ids: Shape (B, T): the same first ``prompt_length`` ids in every row, then each completion, right-padded.
+        attention_mask: Shape (B, T), 1 on real tokens (every prompt column is real).
+        completion_mask: Shape (B, T), 0 on the prompt columns.
+        prompt_length: Length P >= 2 of the shared prompt.
+        temperature: As for :func:`per_token_logps`.
+
+    Returns:
+        per_token_logps, shape (B, T), float32: equal (to float tolerance) to :func:`per_token_logps` on the batch.
+
+    Raises:
+        ValueError: If the rows do not share the prompt, or the shapes disagree.
+    """
+    check_batch(input_ids, attention_mask, completion_mask)
+    batch_size, length = input_ids.shape
+    if not 2 <= prompt_length < length:
+        raise ValueError(f"prompt_length must be in [2, {length}); got {prompt_length}.")
+    prompt = input_ids[:1, :prompt_length]
+    if not bool((input_ids[:, :prompt_length] == prompt).all()) or not bool(attention_mask[:, :prompt_length].all()):
+        raise ValueError("shared_prefix_per_token_logps needs every row to start with the same, unpadded prompt.")
+    if bool(completion_mask[:, :prompt_length].any()):
+        raise ValueError("completion_mask marks a prompt column.")
+    from transformers import DynamicCache
+
+    from rolecall.lm.generation import _cache_kwarg
+
+    cache_kw = _cache_kwarg(model)
+    head = prompt_length - 1  # the last prompt token goes with the completions: its logits predict their first token
+    out = model(input_ids=prompt[:, :head], attention_mask=attention_mask[:1, :head], use_cache=True,
+                logits_to_keep=1, **{cache_kw: DynamicCache()})  # fmt: skip
+    cache = getattr(out, cache_kw)
+    cache.reorder_cache(torch.zeros(batch_size, dtype=torch.long, device=input_ids.device))  # differentiable copy
+    rest = input_ids[:, head:]  # (B, T - P + 1)
+    out = model(input_ids=rest, attention_mask=attention_mask, use_cache=False, **{cache_kw: cache})
+    logits = out.logits[:, :-1, :].float()  # predicts tokens P .. T-1
+    if temperature != 1.0:
+        logits = logits / temperature
+    logps = selective_log_softmax(logits, input_ids[:, prompt_length:])  # (B, T - P)
+    full = torch.cat([logps.new_zeros(batch_size, prompt_length), logps], dim=1)
+    return torch.where(completion_mask.bool(), full, torch.zeros_like(full))
 
 
 def reference_per_token_logps(

@@ -20,7 +20,11 @@ import torch
 
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core.config import TrainerConfig
-from rolecall.optimizers.core.logprobs import per_token_logps, reference_per_token_logps
+from rolecall.optimizers.core.logprobs import (
+    per_token_logps,
+    reference_per_token_logps,
+    shared_prefix_per_token_logps,
+)
 from rolecall.optimizers.core.losses import get_loss
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.grpo.logprobs import build_completion_batch
@@ -78,6 +82,10 @@ class AdapterTrainer:
         return lr
 
     @property
+    def _shares_prefix(self) -> bool:
+        return self.config.share_prompt_prefix and self.config.loss in ("grpo", "token_advantage")
+
+    @property
     def token_normalized(self) -> bool:
         """Whether the loss divides by the optimizer step's target tokens (else it is a mean over its samples)."""
         cfg = self.config
@@ -130,8 +138,12 @@ class AdapterTrainer:
         sums: dict[str, float] = {}
         total_loss = 0.0
         mb = self.config.micro_batch_size
-        # micro-batches of similar length pad less; the step's loss and gradient do not depend on the grouping
-        samples = sorted(samples, key=lambda s: s.num_tokens)
+        # micro-batches of similar length pad less; the step's loss and gradient do not depend on the grouping.
+        # RL samples are grouped by prompt first, so a group's completions share one prompt encoding
+        if self._shares_prefix:
+            samples = sorted(samples, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.completion_ids)))
+        else:
+            samples = sorted(samples, key=lambda s: s.num_tokens)
         for start in range(0, len(samples), mb):
             micro = samples[start : start + mb]
             loss, metrics = self._micro_batch_loss(model, micro, device, step_tokens)
@@ -176,7 +188,11 @@ class AdapterTrainer:
         batch = _batch(self.backend.tokenizer, micro, [s.completion_ids for s in micro], [s.loss_mask for s in micro],
                        device)  # fmt: skip
         ids, attention, mask = batch["input_ids"], batch["attention_mask"], batch["completion_mask"]
-        logps = per_token_logps(model, ids, attention, mask, temperature=cfg.temperature)  # (B, T)
+        prompt = micro[0].prompt_ids
+        if self._shares_prefix and len(micro) > 1 and len(prompt) >= 2 and all(s.prompt_ids == prompt for s in micro):
+            logps = shared_prefix_per_token_logps(model, ids, attention, mask, len(prompt), temperature=cfg.temperature)
+        else:
+            logps = per_token_logps(model, ids, attention, mask, temperature=cfg.temperature)  # (B, T)
         weights = torch.tensor([s.weight for s in micro], dtype=logps.dtype, device=device)  # (B,)
         if cfg.loss == "nll":
             return self.loss_fn(logps, mask, weights=weights, num_tokens=step_tokens)

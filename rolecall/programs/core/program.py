@@ -376,9 +376,20 @@ class Program(dspy.Module):
 
     # ------------------------------------------------------------------ optimisation, copies, persistence
     def compile(self: P, optimizer: Any, *, trainset: list[Any], valset: list[Any] | None = None, **kwargs: Any) -> P:
-        """``optimizer.compile(self, trainset=..., valset=...)``; ``valset`` is passed only when given."""
+        """``optimizer.compile(self, trainset=..., valset=...)``; ``valset`` is passed only when given.
+
+        A list of optimizers is a chain, each compiling the program the previous one returned, in order: for example
+        ``program.compile(optimizer=[SFT(), MAPGRPO()], trainset=train)`` warms the roles up with SFT, then runs RL.
+        """
         if valset is not None:
             kwargs["valset"] = valset
+        if isinstance(optimizer, (list, tuple)):
+            if not optimizer:
+                raise ConfigError("compile(optimizer=[...]) needs at least one optimizer")
+            program = self
+            for step in optimizer:
+                program = step.compile(program, trainset=trainset, **kwargs)
+            return program
         return optimizer.compile(self, trainset=trainset, **kwargs)
 
     def config(self) -> dict[str, Any]:

@@ -159,7 +159,7 @@ def test_metrics_jsonl_has_one_line_per_step_with_phase_timings(lm, tmp_path):
     assert [(r["stage"], r["step"], r["global_step"]) for r in lines] == [
         ("s0", 1, 1), ("s0", 2, 2), ("s1", 1, 3), ("s1", 2, 4), ("s1", 3, 5)]  # fmt: skip
     for record in lines:
-        phases = [record[f"time/{p}"] for p in ("collect", "generate", "score", "update")]
+        phases = [record[f"time/{p}"] for p in ("collect", "generate", "execute", "score", "update")]
         assert all(t >= 0 for t in phases) and math.isclose(sum(phases), record["time/step"], rel_tol=1e-6)
         assert math.isfinite(record["loss/total"]) and record["train/samples"] == 3.0
     assert optimizer.history == lines and optimizer.stop_reason == "completed"

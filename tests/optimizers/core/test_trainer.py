@@ -220,3 +220,61 @@ def test_zero_kl_beta_skips_the_reference_forward(lm, monkeypatch):
     monkeypatch.setattr(trainer_module, "reference_per_token_logps", no_reference)
     trainer = AdapterTrainer(lm, "plan", TrainerConfig(loss="grpo", kl_beta=0.0, learning_rate=1e-2))
     assert math.isfinite(trainer.step(make_samples(lm, advantage=lambda i, c: float(i) - 1.5))["loss/total"])
+
+
+def test_a_groups_shared_prompt_is_encoded_once_with_the_same_logps_and_gradients(lm):
+    """The G completions of one prompt: encoding the prompt once and repeating its KV cache gives the packed batch's
+    log-probs and, through the shared prompt pass, its gradients."""
+    from rolecall.optimizers.core.logprobs import per_token_logps, shared_prefix_per_token_logps
+    from rolecall.optimizers.grpo.logprobs import build_completion_batch
+
+    lm.for_role("plan")
+    model = lm.backend.model
+    with torch.no_grad():  # a non-identity adapter, so LoRA acts on the prompt's keys and values
+        for n, p in model.named_parameters():
+            if ".plan." in n and "lora_B" in n:
+                p.normal_(0, 0.05)
+    model.set_adapter("plan")
+    prompt = lm.backend.encode_messages([{"role": "user", "content": "Who directed the film Zopor Orchard?"}])
+    completions = [[11, 12, 13], [14, 15], [16, 17, 18, 19, 20]]
+    batch = build_completion_batch(lm.tokenizer, [prompt] * 3, completions)
+    ids, attention, mask = batch["input_ids"], batch["attention_mask"], batch["completion_mask"]
+    params = [p for n, p in model.named_parameters() if ".plan." in n and "lora_" in n]
+    for p in params:
+        p.requires_grad_(True)
+    grads = []
+    results = []
+    for shared in (False, True):
+        model.zero_grad(set_to_none=True)
+        if shared:
+            logps = shared_prefix_per_token_logps(model, ids, attention, mask, len(prompt), temperature=0.7)
+        else:
+            logps = per_token_logps(model, ids, attention, mask, temperature=0.7)
+        (logps * torch.tensor([1.0, -2.0, 0.5])[:, None]).sum().backward()
+        results.append(logps.detach())
+        grads.append([p.grad.detach().clone() for p in params])
+    torch.testing.assert_close(results[0], results[1], rtol=1e-4, atol=1e-5)
+    assert bool((results[1] != 0).sum() == mask.sum())
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-6)
+    with pytest.raises(ValueError, match="same, unpadded prompt"):
+        other = build_completion_batch(lm.tokenizer, [prompt, prompt[:-1] + [5]], [[1, 2], [3]])
+        shared_prefix_per_token_logps(model, other["input_ids"], other["attention_mask"], other["completion_mask"],
+                                      len(prompt))  # fmt: skip
+
+
+def test_grpo_step_with_a_shared_prefix_equals_the_packed_step(lm, smollm_tokenizer):
+    lm.for_role("plan")
+    lm2 = LocalLM(copy.deepcopy(lm.hf_model), tokenizer=smollm_tokenizer)
+    prompt = lm.backend.encode_messages([{"role": "user", "content": "Capital of France?"}])
+    samples = [TrainingSample(role="qa", adapter="plan", prompt_ids=prompt, completion_ids=c, advantage=a)
+               for c, a in (([11, 12, 13], 1.0), ([14, 15], -1.0), ([16, 17, 18, 19], 0.5), ([20], -0.5))]  # fmt: skip
+    base = dict(loss="grpo", grpo_loss_type="dapo", learning_rate=0.01, micro_batch_size=4, kl_beta=0.04)
+    shared = AdapterTrainer(lm, "plan", TrainerConfig(**base))
+    packed = AdapterTrainer(lm2, "plan", TrainerConfig(**base, share_prompt_prefix=False))
+    for _ in range(2):  # the second step has a moved adapter (non-zero KL, LoRA acting on the prompt)
+        m1, m2 = shared.step(samples), packed.step(samples)
+        assert m1["loss/total"] == pytest.approx(m2["loss/total"], rel=1e-4, abs=1e-6)
+        assert m1["grad/norm"] == pytest.approx(m2["grad/norm"], rel=1e-3)
+    for p, q in zip(shared.params, packed.params, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
