@@ -271,10 +271,10 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
     from rolecall.optimizers.sft import parse_max_steps
     from rolecall.programs.registry import get_program_class
 
-    warm = args.warm_start or args.runs / name / "sft" / "program"
+    warm = Path(args.warm_start) if args.warm_start else args.runs / name / "sft" / "program"
     if not (warm / "program.json").is_file():
         raise SystemExit(f"{method}: no SFT program at {warm}; run --methods sft first or pass --warm-start DIR")
-    args.warm_start = str(warm)
+    args.warm_start = str(warm)  # recorded in the row's settings (a later rung reads it back as a path)
     steps = parse_max_steps(args.rl_steps)
     if not isinstance(steps, dict):
         raise SystemExit(f"--rl-steps takes role=N,role=N; got {args.rl_steps!r}")

@@ -198,7 +198,10 @@ def _add_demo_parser(sub: Any) -> None:
                    help="seed of the synthetic world and of training (default %(default)s)")  # fmt: skip
     p.add_argument("--eval-questions", type=int, default=DemoConfig.eval_questions,
                    help="held-out test questions (default %(default)s)")  # fmt: skip
-    p.add_argument("--optimizer", default="sft", choices=("sft", "mapgrpo"), help="the compile (default: sft)")
+    p.add_argument("--optimizer", default="sft", choices=("sft", "mapgrpo", "sft,mapgrpo"),
+                   help="the compile: SFT, MAPGRPO, or the ladder SFT then MAPGRPO (default: sft)")  # fmt: skip
+    p.add_argument("--rl-minutes", type=float, default=DemoConfig.rl_minutes,
+                   help="MAPGRPO budget after SFT in the sft,mapgrpo ladder (default %(default)s)")  # fmt: skip
     p.add_argument("--budget-minutes", type=float, default=DemoConfig.budget_minutes,
                    help="training wall-clock budget (default %(default)s)")  # fmt: skip
     p.add_argument("--lr-schedule", default=DemoConfig.lr_schedule, choices=("constant", "linear"),
@@ -528,13 +531,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     """``rolecall demo``: prompt-only OPERA -> SFT (or MAPGRPO) -> OPERA, with the before/after table."""
     from rolecall.demo import run_demo
 
-    if args.eval_questions < 1 or args.budget_minutes <= 0 or args.threads < 1:
-        raise ConfigError("--eval-questions and --threads must be >= 1 and --budget-minutes > 0")
+    if args.eval_questions < 1 or args.budget_minutes <= 0 or args.threads < 1 or args.rl_minutes <= 0:
+        raise ConfigError("--eval-questions and --threads must be >= 1, --budget-minutes and --rl-minutes > 0")
     config = DemoConfig(
         seed=args.seed,
         eval_questions=args.eval_questions,
         optimizer=args.optimizer,
         budget_minutes=args.budget_minutes,
+        rl_minutes=args.rl_minutes,
         lr_schedule=args.lr_schedule,
         group_size=args.group_size,
         threads=args.threads,
@@ -542,16 +546,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         model=args.model,
         show_progress=not args.no_progress,
     )
-    print(
-        f"rolecall demo: OPERA on the synthetic world, {config.eval_questions} held-out questions, "
-        f"{config.optimizer.upper()} budget {config.budget_minutes:g} min"
-    )
+    budget = f"{config.optimizer.upper()} budget {config.budget_minutes:g} min"
+    if config.optimizer == "sft,mapgrpo":
+        budget = f"SFT budget {config.budget_minutes:g} min, then MAPGRPO {config.rl_minutes:g} min"
+    print(f"rolecall demo: OPERA on the synthetic world, {config.eval_questions} held-out questions, {budget}")
     results = run_demo(config)
     print()
     print(results["table"])
     print(f"\ntraining: {results['train_seconds'] / 60:.1f} min; run directory: {results['run_dir']}")
-    if results["training_curve"]:
-        print(f"{'loss' if config.optimizer == 'sft' else 'training'} curve: {results['training_curve']}")
+    if results.get("loss_curve"):
+        print(f"loss curve: {results['loss_curve']}")
+    if results["training_curve"] and results["training_curve"] != results.get("loss_curve"):
+        print(f"reward curves: {results['training_curve']}")
     return 0
 
 

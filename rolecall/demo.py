@@ -5,7 +5,10 @@ SFT on gold-path targets within a wall-clock budget (each role's adapter trained
 demo-free program on the same questions and writes everything to ``runs/<timestamp>/``: ``before/`` and ``after/``
 (per-question records with trajectories, summaries), ``sft/`` (samples, ``metrics.jsonl``, checkpoints, ``loss.png``:
 the loss curve per adapter), ``program/`` (the trained program), ``table.md`` and ``results.json``.
-``optimizer="mapgrpo"`` runs the MAPGRPO compile instead (``mapgrpo/metrics.jsonl``, ``training_curve.png``).
+``optimizer="mapgrpo"`` runs the MAPGRPO compile instead (``mapgrpo/metrics.jsonl``, ``training_curve.png``), and
+``optimizer="sft,mapgrpo"`` the ladder: prompt-only -> SFT -> SFT + MAPGRPO (paper Eq. 11: c_best gets no gradient),
+each evaluated on the same questions (``after_sft/``, ``after/``), with a three-column table, the loss curve and the
+reward curves.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the CLI reads DemoConfig's defaults before anything heavy loads
     from rolecall.optimizers.core.config import LRSchedule
 
-__all__ = ["DemoConfig", "run_demo", "comparison_table", "plot_training_curve"]
+__all__ = ["DemoConfig", "run_demo", "comparison_table", "ladder_table", "plot_training_curve"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +49,10 @@ class DemoConfig:
     eval_questions: int = 24
     """Held-out test questions evaluated before and after training (24: the whole demo fits 20 minutes on 2 cores)."""
     optimizer: str = "sft"
-    """``sft`` (gold-path SFT) or ``mapgrpo``."""
+    """``sft`` (gold-path SFT), ``mapgrpo`` (MAPGRPO from the untrained roles, with off-policy guidance) or
+    ``sft,mapgrpo`` (the ladder: SFT, then MAPGRPO within ``rl_minutes``)."""
+    rl_minutes: float = 8.0
+    """MAPGRPO's budget after SFT in the ``sft,mapgrpo`` ladder."""
     train_questions: int = 400
     """Training questions SFT collects its gold-path samples from."""
     budget_minutes: float = 7.0
@@ -94,6 +100,36 @@ def comparison_table(before: dict[str, Any], after: dict[str, Any], method: str 
         b, a = float(before[key]), float(after[key])
         scale = 100.0 if key in ("em", "f1", "cover_em", "success_rate", "retrieval_recall") else 1.0
         lines.append(f"| {label} | {b * scale:.1f} | {a * scale:.1f} | {(a - b) * scale:+.1f} |")
+    return "\n".join(lines)
+
+
+def _method_name(chain: list[str]) -> str:
+    """``["sft"]`` -> ``SFT``; ``["sft", "mapgrpo"]`` -> ``SFT + MAPGRPO``; MAPGRPO from untrained roles runs with
+    off-policy guidance (c_best gets a gradient), and says so."""
+    if chain == ["mapgrpo"]:
+        return "MAPGRPO + off-policy guidance"
+    return " + ".join(name.upper() for name in chain)
+
+
+def ladder_table(columns: list[tuple[str, dict[str, Any]]]) -> str:
+    """A markdown table of the headline metrics of each ``(name, summary)`` column, with the last one's change over
+    the first.
+
+    Example:
+        >>> print(ladder_table([("a", {"em": 0.1}), ("b", {"em": 0.3}), ("c", {"em": 0.4})]))
+        | metric | a | b | c | change |
+        |---|---:|---:|---:|---:|
+        | EM | 10.0 | 30.0 | 40.0 | +30.0 |
+    """
+    names = [name for name, _ in columns]
+    lines = ["| metric | " + " | ".join(names) + " | change |", "|---|" + "---:|" * (len(names) + 1)]
+    for key, label in TABLE_METRICS:
+        values = [summary.get(key) for _, summary in columns]
+        if any(v is None for v in values):
+            continue
+        scale = 100.0 if key in ("em", "f1", "cover_em", "success_rate", "retrieval_recall") else 1.0
+        cells = " | ".join(f"{float(v) * scale:.1f}" for v in values)
+        lines.append(f"| {label} | {cells} | {(float(values[-1]) - float(values[0])) * scale:+.1f} |")
     return "\n".join(lines)
 
 
@@ -162,47 +198,56 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         before = evaluate(
             program, held_out, num_threads=config.threads, output_dir=out / "before", show_progress=config.show_progress
         )
-        train_start = time.perf_counter()
-        if config.optimizer == "sft":
-            optimizer: Any = SFT(
-                epochs=20.0,  # the steps come from max_steps
-                max_steps=dict(config.max_steps or SFT_STEPS),
-                lr_schedule=config.lr_schedule,
-                time_budget_minutes=config.budget_minutes,
-                output_dir=str(out / "sft"),
-                seed=config.seed,
-                num_threads=config.threads,
-                show_progress=config.show_progress,
-            )
-            trainset = world.train[: config.train_questions]
-        else:
-            optimizer = MAPGRPO(
-                MAPGRPOConfig(
-                    group_size=config.group_size,
-                    time_budget_s=config.budget_minutes * 60.0,
-                    expert_gradient=True,
-                    output_dir=out / "mapgrpo",
+        chain = [name.strip() for name in config.optimizer.split(",") if name.strip()]
+        columns: list[tuple[str, dict[str, Any]]] = [("prompt-only OPERA", _summary_dict(before))]
+        history: list[dict[str, Any]] = []
+        train_seconds = 0.0
+        for position, name in enumerate(chain):
+            if name == "sft":
+                optimizer: Any = SFT(
+                    epochs=20.0,  # the steps come from max_steps
+                    max_steps=dict(config.max_steps or SFT_STEPS),
+                    lr_schedule=config.lr_schedule,
+                    time_budget_minutes=config.budget_minutes,
+                    output_dir=str(out / "sft"),
                     seed=config.seed,
                     num_threads=config.threads,
                     show_progress=config.show_progress,
                 )
-            )
-            trainset = world.train
-        program = program.compile(optimizer=optimizer, trainset=trainset)
-        train_seconds = time.perf_counter() - train_start
-        after = evaluate(
-            program, held_out, num_threads=config.threads, output_dir=out / "after", show_progress=config.show_progress
-        )
+                trainset = world.train[: config.train_questions]
+            else:
+                warm = position > 0  # on SFT's roles: the paper's Eq. 11; from scratch: off-policy guidance
+                optimizer = MAPGRPO(
+                    MAPGRPOConfig(
+                        group_size=config.group_size,
+                        time_budget_s=(config.rl_minutes if warm else config.budget_minutes) * 60.0,
+                        expert_gradient=not warm,
+                        output_dir=out / "mapgrpo",
+                        seed=config.seed,
+                        num_threads=config.threads,
+                        show_progress=config.show_progress,
+                    )
+                )
+                trainset = world.train
+            t0 = time.perf_counter()
+            program = program.compile(optimizer=optimizer, trainset=trainset)
+            train_seconds += time.perf_counter() - t0
+            history += [dict(r, optimizer=name) for r in optimizer.history]
+            last = position == len(chain) - 1
+            after = evaluate(program, held_out, num_threads=config.threads,
+                             output_dir=out / ("after" if last else f"after_{name}"),
+                             show_progress=config.show_progress)  # fmt: skip
+            columns.append((f"{_method_name(chain[: position + 1])} OPERA", _summary_dict(after)))
     program.save(out / "program")
     b, a = _summary_dict(before), _summary_dict(after)
-    # the demo's MAPGRPO gives c_best a gradient (expert_gradient=True): off-policy guidance, not the paper's Eq. 11
-    method = "SFT" if config.optimizer == "sft" else "MAPGRPO + off-policy guidance"
-    table = comparison_table(b, a, method)
-    (out / "table.md").write_text(table + "\n", encoding="utf-8")
-    if config.optimizer == "sft":
-        curve = out / "sft" / "loss.png"
-        plotted = curve.is_file()
+    if len(chain) == 1:
+        table = comparison_table(b, a, columns[-1][0].removesuffix(" OPERA"))
     else:
+        table = ladder_table(columns)
+    (out / "table.md").write_text(table + "\n", encoding="utf-8")
+    curve = out / "sft" / "loss.png"
+    plotted = "sft" in chain and curve.is_file()
+    if "mapgrpo" in chain:
         curve = out / "training_curve.png"
         plotted = plot_training_curve(out / "mapgrpo" / "metrics.jsonl", curve)
     results = {
@@ -212,8 +257,10 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         "after": a,
         "train_seconds": train_seconds,
         "total_seconds": time.perf_counter() - started,
-        "train_log": [dict(r) for r in optimizer.history],
+        "columns": [{"name": name, "summary": summary} for name, summary in columns],
+        "train_log": history,
         "training_curve": str(curve) if plotted else None,
+        "loss_curve": str(out / "sft" / "loss.png") if (out / "sft" / "loss.png").is_file() else None,
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(config).items()},
     }
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
