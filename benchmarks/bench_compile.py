@@ -165,11 +165,11 @@ def main() -> None:
     if set(methods) - {"prompt", "bfs", "sft", "mapgrpo", "grpo"}:
         parser.error(f"--methods takes prompt, bfs, sft, mapgrpo and grpo; got {args.methods!r}")
 
+    from rolecall.cli import sft_from_args
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import evaluate
     from rolecall.evaluation.metrics import exact_match
     from rolecall.lm import LocalLM
-    from rolecall.optimizers.sft import SFT, parse_max_steps
     from rolecall.programs.registry import build_program, parse_program_options
     from rolecall.retrievers.bm25 import BM25
     from rolecall.utils.logs import quiet_repeated_warnings
@@ -233,17 +233,7 @@ def main() -> None:
             record(_row(name, "BootstrapFewShot", result.summary, minutes, args.dataset))
         if "sft" in methods:
             program = build_program(name, retriever, lm, **options)
-            sft = SFT(
-                epochs=args.epochs,
-                max_steps=parse_max_steps(args.max_steps),
-                learning_rate=args.learning_rate,
-                lr_schedule=args.lr_schedule,
-                micro_batch_size=args.batch_size,
-                gradient_accumulation_steps=args.grad_accum,
-                time_budget_minutes=args.budget_minutes,
-                num_threads=args.threads,
-                output_dir=str(args.runs / name / "sft"),
-            )
+            sft = sft_from_args(args, args.runs / name / "sft")
             started = time.perf_counter()
             program.compile(optimizer=sft, trainset=train)
             minutes = (time.perf_counter() - started) / 60

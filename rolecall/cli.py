@@ -463,7 +463,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     options = parse_program_options(args.program, args.option)
     optimizers: list[Any] = []
     if "sft" in chain:
-        optimizers.append(_sft_from_args(args, args.out / "sft" if rl else args.out))
+        optimizers.append(sft_from_args(args, args.out / "sft" if rl else args.out, resume=args.resume,
+                                        show_progress=not args.no_progress))  # fmt: skip
     if rl:
         from rolecall.optimizers import MAPGRPO, JointGRPO, MAPGRPOConfig
 
@@ -508,14 +509,22 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sft_from_args(args: argparse.Namespace, output_dir: Path) -> Any:
-    """The SFT optimizer ``rolecall compile``'s flags describe (checked before the model loads)."""
+def sft_from_args(
+    args: argparse.Namespace, output_dir: Path, *, resume: bool = False, show_progress: bool = True
+) -> Any:
+    """The SFT optimizer that ``rolecall compile``'s training flags describe (``--epochs``, ``--max-steps``,
+    ``--learning-rate``, ``--lr-schedule``, ``--batch-size``, ``--grad-accum``, ``--budget-minutes``, ``--threads``),
+    checked before any model loads; ``benchmarks/bench_compile.py`` shares the flags.
+
+    Raises:
+        ConfigError: a flag's value is invalid (the message names it).
+    """
     from rolecall.optimizers.sft import SFT, parse_max_steps
 
     return SFT(
         epochs=args.epochs,
         max_steps=parse_max_steps(args.max_steps),
-        resume=args.resume,
+        resume=resume,
         learning_rate=args.learning_rate,
         lr_schedule=args.lr_schedule,
         micro_batch_size=args.batch_size,
@@ -523,7 +532,7 @@ def _sft_from_args(args: argparse.Namespace, output_dir: Path) -> Any:
         time_budget_minutes=args.budget_minutes,
         num_threads=args.threads,
         output_dir=str(output_dir),
-        show_progress=not args.no_progress,
+        show_progress=show_progress,
     )
 
 
