@@ -275,7 +275,7 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
                            inputs_per_step=args.inputs_per_step, time_budget_s=args.rl_minutes * 60,
                            expert_gradient=args.expert_gradient and method == "mapgrpo", num_threads=args.threads,
                            output_dir=out, seed=args.seed)  # fmt: skip
-    optimizer = MAPGRPO(config) if method == "mapgrpo" else JointGRPO(config, progressive=False, expert="none")
+    optimizer = MAPGRPO(config) if method == "mapgrpo" else JointGRPO(config)
     train = synthetic_world(seed=args.seed).train if args.dataset == "synthetic" else None
     if train is None:
         raise SystemExit("the RL ladder runs on the synthetic world (its rewards need gold decompositions)")

@@ -471,8 +471,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         config = MAPGRPOConfig(group_size=args.group_size, time_budget_s=args.rl_minutes * 60,
                                output_dir=args.out / rl[0], resume=args.resume, num_threads=args.threads,
                                seed=args.seed, show_progress=not args.no_progress)  # fmt: skip
-        optimizers.append(MAPGRPO(config) if rl[0] == "mapgrpo" else JointGRPO(config, progressive=False,
-                                                                                 expert="none"))  # fmt: skip
+        optimizers.append(MAPGRPO(config) if rl[0] == "mapgrpo" else JointGRPO(config))
     if args.dataset == "synthetic":
         world = synthetic_world(seed=args.seed)
         trainset, corpus = list(world.train), list(world.corpus)

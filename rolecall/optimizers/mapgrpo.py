@@ -61,12 +61,12 @@ class MAPGRPO(WeightOptimizer):
     """
 
     defaults: dict[str, Any] = {}
-    """Config fields a subclass sets differently (:class:`JointGRPO`)."""
+    """Config fields a subclass sets differently (:class:`JointGRPO`), applied over a given config as well."""
 
     def __init__(self, config: MAPGRPOConfig | None = None, *, warm_start: Any = None, **overrides: Any) -> None:
-        if config is not None and overrides:
-            config = MAPGRPOConfig(**{**vars(config), **overrides})
-        self.mapgrpo_config = cfg = config or MAPGRPOConfig(**{**self.defaults, **overrides})
+        # a subclass's defaults hold over a given config too (JointGRPO is never progressive); overrides win
+        base = vars(config) if config is not None else {}
+        self.mapgrpo_config = cfg = MAPGRPOConfig(**{**base, **self.defaults, **overrides})
         self.warm_start = warm_start
         super().__init__(
             WeightOptimizerConfig(
@@ -167,8 +167,7 @@ class MAPGRPO(WeightOptimizer):
         groups = view.sample(messages, n=n, seed=seed, logprobs=True, **self._sampling(role))
         extras = [g[cfg.policy_samples :] for g in groups]
         groups = [g[: cfg.policy_samples] for g in groups]
-        return {"batch": batch, "messages": messages, "groups": groups, "extras": extras, "adapter": adapter,
-                "seed": seed}  # fmt: skip
+        return {"batch": batch, "messages": messages, "groups": groups, "extras": extras, "adapter": adapter}
 
     def _sampling(self, role: str) -> dict[str, Any]:
         """The role's own stop strings and token budget, with the policy's temperature and nucleus mass."""
@@ -190,12 +189,11 @@ class MAPGRPO(WeightOptimizer):
         outputs = [[_parse(adapter, signature, c.text) for c in g] for g in generated["groups"]]
         extra_outputs = [[_parse(adapter, signature, c.text) for c in g] for g in generated["extras"]]
         gold = [self.tasks.gold_expert(role, item) if cfg.expert == "gold" else None for item in batch]
-        tasks = self.tasks
         if role == "plan":  # one wave of executions for the step; score_one reads them from the cache
             wave = []
             for item, outs, more, expert_out in zip(batch, outputs, extra_outputs, gold, strict=True):
                 wave += [(item.record.question, plan) for plan in _plans([*outs, *more, expert_out])]
-            tasks.execute_plans(wave)
+            self.tasks.execute_plans(wave)
         return {**generated, "outputs": outputs, "extra_outputs": extra_outputs, "gold": gold}
 
     def score(self, ctx: StepContext, generated: dict[str, Any]) -> tuple[list[TrainingSample], dict[str, float]]:

@@ -251,6 +251,8 @@ def test_warm_start_argument_and_joint_grpo_collects_every_pool_up_front(world, 
                       warm_start=sft)  # fmt: skip
     assert joint.mapgrpo_config.expert == "none" and not joint.mapgrpo_config.progressive
     assert joint.config.schedule == "interleaved"
+    given = JointGRPO(MAPGRPOConfig(), expert="gold")  # a given config is single-stage too; overrides still win
+    assert not given.mapgrpo_config.progressive and given.mapgrpo_config.expert == "gold"
     import unittest.mock
 
     with unittest.mock.patch.object(OperaRoleTasks, "collect", recording_collect):
