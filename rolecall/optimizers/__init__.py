@@ -3,5 +3,6 @@
 from rolecall.optimizers.mapgrpo import MAPGRPO, JointGRPO
 from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
 from rolecall.optimizers.sft import SFT, SFTConfig
+from rolecall.optimizers.stride_ft import STRIDEFT, STRIDEFTConfig
 
-__all__ = ["MAPGRPO", "JointGRPO", "MAPGRPOConfig", "SFT", "SFTConfig"]
+__all__ = ["MAPGRPO", "JointGRPO", "MAPGRPOConfig", "SFT", "SFTConfig", "STRIDEFT", "STRIDEFTConfig"]

@@ -30,7 +30,7 @@ from rolecall.evaluation.metrics import exact_match
 from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
 from rolecall.optimizers.core.config import LRSchedule, TrainerConfig
 from rolecall.optimizers.core.sample import TrainingSample
-from rolecall.optimizers.core.samples import samples_from_trajectory
+from rolecall.optimizers.core.samples import load_samples, samples_from_trajectory, save_samples
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.gold import d2plan_gold, direct_gold, opera_gold, reap_gold, stride_gold, team_gold
 from rolecall.optimizers.gold.runner import gold_trajectories
@@ -307,23 +307,14 @@ class SFT(WeightOptimizer):
         return Path(self.sft_config.output_dir) / "samples.jsonl" if self.sft_config.output_dir else None
 
     def _save_samples(self) -> None:
-        if (path := self._samples_path()) is None:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w") as f:
-            for samples in self.samples.values():
-                for sample in samples:
-                    f.write(json.dumps(asdict(sample)) + "\n")
+        if (path := self._samples_path()) is not None:
+            save_samples(path, self.samples)
 
     def _load_samples(self) -> dict[str, list[TrainingSample]]:
         path = self._samples_path()
-        if path is None or not path.exists():
-            return {}
-        out: dict[str, list[TrainingSample]] = {}
-        for line in path.read_text().splitlines():
-            sample = TrainingSample(**json.loads(line))
-            out.setdefault(sample.adapter, []).append(sample)
-        logger.info("SFT: resumed with the %d samples collected in %s", sum(map(len, out.values())), path)
+        out = load_samples(path) if path is not None else {}
+        if out:
+            logger.info("SFT: resumed with the %d samples collected in %s", sum(map(len, out.values())), path)
         return out
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "ExtractFacts",
     "ReasonAnswer",
     "FallbackAnswer",
+    "SelectFacts",
 ]
 
 Action = Literal["retrieve", "rewrite", "answer"]
@@ -114,3 +115,11 @@ class FallbackAnswer(dspy.Signature):
     facts: str = dspy.InputField(desc="facts found so far")
     passages: str = dspy.InputField(desc="retrieved passages")
     answer: str = dspy.OutputField(desc="a few words")
+
+
+class SelectFacts(dspy.Signature):
+    """Given the query and candidate facts, select only the facts strictly required to answer the question."""
+
+    query: str = dspy.InputField()
+    facts: str = dspy.InputField(desc="candidate facts, one per line")
+    required: str = dspy.OutputField(desc="the required facts, copied one per line")

@@ -11,15 +11,16 @@ frozen adapter; no second copy of the weights is needed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.grpo.logprobs import adapter_active, adapters_disabled, check_batch
+from rolecall.optimizers.grpo.logprobs import adapter_active, adapters_disabled, build_completion_batch, check_batch
 from rolecall.optimizers.grpo.loss import selective_log_softmax
 
-__all__ = ["per_token_logps", "shared_prefix_per_token_logps", "reference_per_token_logps"]
+__all__ = ["per_token_logps", "shared_prefix_per_token_logps", "reference_per_token_logps", "store_reference_logps"]
 
 
 def per_token_logps(
@@ -155,3 +156,39 @@ def reference_per_token_logps(
     context = adapters_disabled(model) if adapter is None else adapter_active(model, adapter)
     with torch.no_grad(), context:
         return per_token_logps(model, input_ids, attention_mask, completion_mask, temperature=temperature)
+
+
+def store_reference_logps(
+    backend: Any, samples: Sequence[Any], *, adapter: str | None = None, batch_size: int = 4
+) -> None:
+    """Fills each DPO sample's ``ref_logps`` and ``rejected_ref_logps`` with log pi_ref, computed once.
+
+    STRIDE-FT's DPO is "against the Meta-Planner as it was before DPO": calling this before training stores that
+    policy's log-probs in the samples (and their saved file), so no frozen copy of the adapter has to be kept, and a
+    resumed run uses the same reference as the killed one.
+
+    Args:
+        backend: The ``ModelBackend`` holding ``adapter``.
+        samples: :class:`~rolecall.optimizers.core.sample.TrainingSample` s with ``rejected_ids``; filled in place.
+        adapter: The adapter to score with (None: the base model, every adapter disabled).
+        batch_size: Sequences per no-grad forward pass.
+    """
+    rows = [(s, "completion_ids", "loss_mask", "ref_logps") for s in samples]
+    rows += [(s, "rejected_ids", "rejected_loss_mask", "rejected_ref_logps") for s in samples if s.rejected_ids]
+    model = backend.model
+    training = model.training
+    with backend.lock:
+        model.eval()  # no LoRA dropout in a reference pass
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            completions = [getattr(s, ids) for s, ids, _, _ in chunk]
+            batch = build_completion_batch(backend.tokenizer, [s.prompt_ids for s, *_ in chunk], completions,
+                                           loss_masks=[[1] * len(c) for c in completions])  # fmt: skip
+            logps = reference_per_token_logps(model, batch["input_ids"], batch["attention_mask"],
+                                              batch["completion_mask"], adapter=adapter)  # fmt: skip
+            for i, ((sample, _, mask, target), completion) in enumerate(zip(chunk, completions, strict=True)):
+                begin = len(sample.prompt_ids)
+                values = logps[i, begin : begin + len(completion)].tolist()
+                keep = getattr(sample, mask) or [1] * len(values)
+                setattr(sample, target, [v if m else 0.0 for v, m in zip(values, keep, strict=True)])
+        model.train(training)

@@ -19,8 +19,11 @@ The completion target, decided here:
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,7 +33,14 @@ from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.programs.core.calls import COMPLETED_MARKER
 from rolecall.programs.core.trajectory import Step, Trajectory
 
-__all__ = ["completion_target", "encode_completion", "mask_spans", "samples_from_trajectory"]
+__all__ = [
+    "completion_target",
+    "encode_completion",
+    "load_samples",
+    "mask_spans",
+    "samples_from_trajectory",
+    "save_samples",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -211,3 +221,31 @@ def _encoder(source: Any) -> tuple[Callable[[Sequence[dict[str, Any]]], list[int
     raise TypeError(
         f"tokenizer_or_lm must be a LocalLM, a ModelBackend or a Hugging Face tokenizer; got {type(source).__name__}."
     )
+
+
+def save_samples(path: Path, samples: Mapping[str, Sequence[TrainingSample]]) -> None:
+    """Writes every adapter's samples to ``path`` as JSON lines (one sample a line, its adapter inside), so a resumed
+    run trains on exactly the samples the killed one collected."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for group in samples.values():
+            for sample in group:
+                f.write(json.dumps(asdict(sample)) + "\n")
+
+
+def load_samples(path: Path) -> dict[str, list[TrainingSample]]:
+    """The samples :func:`save_samples` wrote, by adapter in file order; ``{}`` when ``path`` does not exist.
+
+    Raises:
+        ConfigError: If a line is not a sample (a corrupt file: delete it, or start without ``resume``).
+    """
+    if not path.exists():
+        return {}
+    out: dict[str, list[TrainingSample]] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            sample = TrainingSample(**json.loads(line))
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"{path}:{number} is not a training sample ({err}); delete it or resume=False") from err
+        out.setdefault(sample.adapter, []).append(sample)
+    return out

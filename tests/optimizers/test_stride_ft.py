@@ -1,0 +1,246 @@
+"""STRIDE-FT: each selection rule on hand-built trajectories, the stored DPO reference, and a real tuning run."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import dspy
+import pytest
+import torch
+
+from rolecall.data.synthetic import synthetic_world
+from rolecall.errors import ConfigError
+from rolecall.lm import LocalLM
+from rolecall.optimizers.core.logprobs import store_reference_logps
+from rolecall.optimizers.core.sample import TrainingSample
+from rolecall.optimizers.stride_ft import (
+    STRIDEFT,
+    Outcome,
+    Run,
+    causal_rewrites,
+    clearly_better,
+    concise_answer_targets,
+    minimal_fact_targets,
+    preference_pairs,
+    score_run,
+)
+from rolecall.optimizers.stride_ft.selection import answer_bearing_facts, plan_call_pairs, rewritten_facts
+from rolecall.programs import OPERA, STRIDE
+from rolecall.programs.core.trajectory import Step, Trajectory
+from rolecall.retrievers.bm25 import BM25
+
+QUESTION = "Who is the father-in-law of Kranra Vrasov?"
+
+
+def role(name: str, inputs=None, outputs=None, *, error=None, completion="x", **meta) -> Step:
+    messages = [{"role": "user", "content": json.dumps(inputs or {}, sort_keys=True)}]
+    return Step(kind="role", role=name, inputs=inputs or {}, outputs=outputs or {}, messages=messages,
+                completion=completion, error=error, meta=meta)  # fmt: skip
+
+
+def plan_run(strategy, sub_questions, outcome: Outcome, answers=("Dellin",)) -> Run:
+    trajectory = Trajectory(question=QUESTION)
+    trajectory.add(role("meta_planner", {"question": QUESTION}, {"steps": strategy}, completion=str(strategy)))
+    trajectory.add(role("planner", {"question": QUESTION, "strategy": strategy}, {"sub_questions": sub_questions},
+                        completion=str(sub_questions), strategy=strategy, sub_questions=sub_questions))  # fmt: skip
+    return Run(trajectory=trajectory, outcome=outcome, answers=list(answers), final_sub_question=len(sub_questions) - 1)
+
+
+RIGHT, WRONG = Outcome(True, 1.0, 2, 0), Outcome(False, 0.0, 5, 3)
+
+
+# ---------------------------------------------------------------------------------------------- selection rules
+def test_score_run_reads_the_four_scores():
+    pred = dspy.Prediction(answer="the city of Dellin", iterations=3, state={"failures": [{"reason": "no facts"}]})
+    got = score_run(pred, ["Dellin"])
+    assert (got.correct, got.iterations, got.failures) == (False, 3, 1)
+    assert got.f1 == pytest.approx(0.5)  # "city of dellin" against "dellin"
+    assert Outcome(True, 1.0, 2, 0).rank() > Outcome(True, 1.0, 3, 0).rank() > Outcome(False, 1.0, 1, 0).rank()
+
+
+def test_clearly_better_is_correct_vs_incorrect_or_an_f1_gap_above_the_threshold():
+    assert clearly_better(RIGHT, Outcome(False, 0.9, 1, 0))  # correct beats incorrect whatever the F1
+    assert clearly_better(Outcome(False, 0.8, 1, 0), Outcome(False, 0.4, 1, 0))  # gap 0.4 > 0.3
+    assert not clearly_better(Outcome(False, 0.6, 1, 0), Outcome(False, 0.3, 1, 0))  # gap 0.3 is not > 0.3
+    assert not clearly_better(RIGHT, RIGHT)
+
+
+def test_preference_pairs_need_a_clear_winner_and_distinct_plans():
+    same = ["Who is the spouse of Kranra Vrasov?", "Who is the father of [entity from step 1]?"]
+    runs = [
+        plan_run(["person -> spouse", "spouse -> father"], same, RIGHT),
+        plan_run(["person -> spouse", "spouse -> father"], same, WRONG),  # same plan: no pair with run 0
+        plan_run(["person -> city"], ["Where was Kranra Vrasov born?"], Outcome(False, 0.1, 5, 2)),
+        plan_run(["person -> city"], ["Where was Kranra Vrasov born?"], Outcome(False, 0.2, 5, 2)),
+    ]
+    # run 0 is best; the worst run (1) has the same plan, so the loser is the next worst distinct one: run 2
+    assert preference_pairs(runs) == [(0, 2)]
+    assert preference_pairs(runs, per_question=2) == [(0, 2)]  # run 3 beats run 1 by an F1 gap of 0.2 only
+    assert preference_pairs(runs[:2]) == []  # only identical plans
+    assert preference_pairs([runs[2], runs[3]]) == []  # no clear winner (F1 gap 0.1)
+
+
+def test_plan_call_pairs_train_the_strategy_call_and_the_plan_call_only_when_their_prompts_agree():
+    winner = plan_run(["person -> spouse"], ["Who is the spouse of Kranra Vrasov?"], RIGHT)
+    other_strategy = plan_run(["person -> city"], ["Where was Kranra Vrasov born?"], WRONG)
+    pairs = plan_call_pairs(winner.trajectory, other_strategy.trajectory)
+    assert [(c.role, r.role) for c, r in pairs] == [("meta_planner", "meta_planner")]
+    same_strategy = plan_run(["person -> spouse"], ["Who married Kranra Vrasov?"], WRONG)
+    pairs = plan_call_pairs(winner.trajectory, same_strategy.trajectory)
+    assert [c.role for c, _ in pairs] == ["planner"]  # equal strategies: the strategy call has nothing to prefer
+
+
+def sup(attempt, *, executed=True, resolved=True, error=None):
+    return role("supervisor", {"sub_question": "q"}, {"action": "rewrite", "query": f"z{attempt}"}, error=error,
+                attempt=attempt, executed=executed, resolved=resolved, rewrite=attempt > 0)  # fmt: skip
+
+
+def test_causal_rewrites_are_executed_later_attempts_that_resolved_in_correct_runs():
+    trajectory = Trajectory(question=QUESTION)
+    causal = sup(1)
+    for step in (sup(0), causal, sup(2, executed=False), sup(1, resolved=False), sup(1, error="unparsed")):
+        trajectory.add(step)
+    assert causal_rewrites([Run(trajectory=trajectory, outcome=RIGHT, answers=["x"])]) == [causal]
+    assert causal_rewrites([Run(trajectory=trajectory, outcome=WRONG, answers=["x"])]) == []
+
+
+def ext(facts, query="spouse of Kranra Vrasov", sq=0):
+    text = "\n".join(f"- {f}" for f in facts)
+    return role("extractor", {"query": query, "passages": "[1] ..."}, {"facts": text}, facts=facts, sub_question=sq)
+
+
+def test_minimal_facts_keep_strictly_smaller_non_empty_selections_of_correct_runs():
+    two = ext(["Kranra Vrasov married Ilsa Dorn.", "Kranra Vrasov was born in 1901."])
+    one = ext(["Ilsa Dorn is the daughter of Tomas Dorn."])
+    trajectory = Trajectory(question=QUESTION, steps=[two, one])
+    runs = [Run(trajectory=trajectory, outcome=RIGHT, answers=["Tomas Dorn"])]
+    select_first = lambda query, facts: facts[:1]  # noqa: E731
+    assert minimal_fact_targets(runs, select_first) == [(two, ["Kranra Vrasov married Ilsa Dorn."])]
+    assert minimal_fact_targets(runs, lambda q, f: f) == []  # nothing removed: no sample
+    assert minimal_fact_targets(runs, lambda q, f: None) == []  # no usable selection
+    assert minimal_fact_targets(runs, lambda q, f: ["an invented fact"]) == []  # not a subset of E
+    assert minimal_fact_targets([Run(trajectory=trajectory, outcome=WRONG, answers=["x"])], select_first) == []
+    assert rewritten_facts(two, ["Kranra Vrasov married Ilsa Dorn."]) == "- Kranra Vrasov married Ilsa Dorn."
+    by_answer = answer_bearing_facts("Ilsa Dorn")
+    assert by_answer("q", two.meta["facts"]) == ["Kranra Vrasov married Ilsa Dorn."]
+
+
+def reasoner(answer, sq=1):
+    return role("reasoner", {"sub_question": "q", "facts": "f"}, {"answer": answer}, answer=answer, sub_question=sq)
+
+
+def test_concise_answers_retarget_verbose_final_answers_and_balance_them_with_twice_as_many_exact_ones():
+    verbose = reasoner("Tomas Dorn of the city of Dellin")  # F1 0.5 with the gold, 7 words > 1.5 x 2
+    short_wrong = reasoner("Tomas")  # F1 > 0.3 but not longer than the gold
+    unrelated = reasoner("a very long answer that shares nothing at all")  # F1 0
+    intermediate = reasoner("Ilsa Dorn the daughter of Tomas", sq=0)  # not the final sub-question
+    exact = [reasoner("Tomas Dorn") for _ in range(3)]
+    runs = [Run(trajectory=Trajectory(steps=[intermediate, s]), outcome=WRONG, answers=["Tomas Dorn"],
+                final_sub_question=1) for s in (verbose, short_wrong, unrelated, *exact)]  # fmt: skip
+    chosen, kept_exact = concise_answer_targets(runs, rng=random.Random(0))
+    assert chosen == [(verbose, "Tomas Dorn")]
+    assert len(kept_exact) == 2 and all(s in exact for s in kept_exact)  # 2 x 1 verbose sample
+    assert concise_answer_targets(runs[1:], rng=random.Random(0)) == ([], [])  # no verbose sample: no exact either
+
+
+# ---------------------------------------------------------------------------------------------- the optimizer
+@pytest.fixture(scope="module")
+def world():
+    return synthetic_world(seed=0, n_train=4, n_dev=1, n_test=1)
+
+
+@pytest.fixture
+def lm(tiny_model, smollm_tokenizer):
+    return LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=4)
+
+
+def lora(lm: LocalLM, adapter: str) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in lm.backend.model.named_parameters() if f".{adapter}." in n}
+
+
+def test_stored_reference_logps_are_the_adapter_before_training(lm):
+    backend = lm.backend
+    backend.ensure_adapter("meta_planner")
+    sample = TrainingSample(role="meta_planner", adapter="meta_planner", prompt_ids=[1, 2, 3], completion_ids=[4, 5],
+                            loss_mask=[1, 0], rejected_ids=[6, 7, 8])  # fmt: skip
+    store_reference_logps(backend, [sample], adapter="meta_planner")
+    model = backend.model
+    with torch.no_grad():
+        model.set_adapter("meta_planner")
+        logits = model(input_ids=torch.tensor([[1, 2, 3, 4, 5]])).logits.float()
+    expected = torch.log_softmax(logits[0, 2], -1)[4].item()  # token 4 after the prompt 1 2 3
+    assert sample.ref_logps[0] == pytest.approx(expected, abs=1e-4) and sample.ref_logps[1] == 0.0  # masked
+    assert len(sample.rejected_ref_logps) == 3 and all(v < 0 for v in sample.rejected_ref_logps)
+
+
+class HandBuiltRuns(STRIDEFT):
+    """STRIDEFT whose runs are hand-built STRIDE trajectories (selection and training are the real ones)."""
+
+    def _run_all(self, program, examples):
+        spouse = ["Who is the spouse of Kranra Vrasov?", "Who is the father of [entity from step 1]?"]
+        groups = []
+        for example in examples:
+            q = example.question
+            good = plan_run(["person -> spouse", "spouse -> father"], spouse, RIGHT, answers=["Tomas Dorn"])
+            bad = plan_run(["person -> birthplace"], [f"Where was {q} born?"], WRONG, answers=["Tomas Dorn"])
+            for run in (good, bad):
+                for step in run.trajectory.steps:
+                    step.inputs = {**step.inputs, "question": q}
+            good.trajectory.add(sup(1))
+            good.trajectory.steps[-1].inputs = {"question": q, "progress": "1. pending", "sub_question": spouse[0],
+                                                "failed_queries": "Kranra"}  # fmt: skip
+            good.trajectory.add(ext(["Kranra Vrasov married Ilsa Dorn.", "Kranra Vrasov was born in 1901."]))
+            good.trajectory.add(reasoner("Ilsa Dorn", sq=0))  # the sub-answer the answer rule looks for
+            good.trajectory.add(reasoner("Tomas Dorn, that is Tomas Dorn"))  # verbose final answer
+            good.trajectory.add(reasoner("Tomas Dorn"))  # already exact
+            groups.append([good, bad])
+        return groups
+
+
+def test_stride_ft_builds_every_legs_samples_and_trains_dpo_and_sft_adapters(world, lm, tmp_path):
+    program = STRIDE(BM25(world.corpus), lm=lm)
+    before = {a: lora(lm, a) for a in ("meta_planner", "supervisor", "extractor", "reasoner")}
+    optimizer = HandBuiltRuns(fact_selector="answer", epochs=1, batch_size=2, micro_batch_size=2,
+                              dpo_learning_rate=1e-2, sft_learning_rate=1e-2, output_dir=str(tmp_path),
+                              show_progress=False)  # fmt: skip
+    # the answer rule keeps the facts holding the sub-answer; the reasoner's sub-question 1 answer is the gold
+    program.compile(optimizer=optimizer, trainset=world.train)
+    sel, n = optimizer.selection, len(world.train)
+    assert sel["plan_pairs"] == n and sel["meta_planner_samples"] == n  # one strategy-call pair per question
+    assert sel["supervisor_samples"] == n and sel["reasoner_verbose"] == n and sel["reasoner_exact"] == n
+    assert sel["extractor_samples"] == n  # the fact holding the sub-answer "Ilsa Dorn" of two
+    decode = lm.backend.tokenizer.decode
+    extracted = decode(optimizer.samples["extractor"][0].completion_ids)
+    assert "married Ilsa Dorn" in extracted and "1901" not in extracted  # the target is E*, not E
+    answers = [decode(s.completion_ids) for s in optimizer.samples["reasoner"]]
+    assert not any("that is" in a for a in answers) and sum("Tomas Dorn" in a for a in answers) == 2 * n
+    dpo = optimizer.samples["meta_planner"]
+    assert all(s.rejected_ids and s.ref_logps and s.rejected_ref_logps for s in dpo)
+    assert {r["stage"] for r in optimizer.history} == {"meta_planner", "supervisor", "extractor", "reasoner"}
+    assert any("loss/dpo" in r for r in optimizer.history)
+    for adapter in ("meta_planner", "supervisor", "extractor", "reasoner"):
+        after = lora(lm, adapter)
+        assert any(not torch.equal(after[n], before[adapter][n]) for n in after), adapter
+        assert adapter in program.demo_free_adapters  # the tuned roles run demo-free
+    saved = json.loads((tmp_path / "selection.json").read_text())
+    assert saved["runs"] == 2 * n and saved["correct_runs"] == n
+    assert (tmp_path / "samples.jsonl").exists() and (tmp_path / "summary.json").exists()
+
+
+def test_stride_ft_runs_n_sampled_plans_per_question_on_the_real_program(world, lm):
+    program = STRIDE(BM25(world.corpus), lm=lm)
+    before = json.dumps(program.lm_kwargs, sort_keys=True)
+    runs = STRIDEFT(num_plans=2, show_progress=False)._run_all(program, world.train[:2])
+    assert [len(g) for g in runs] == [2, 2]
+    assert all(r.trajectory.role_steps("planner") for g in runs for r in g)
+    assert json.dumps(program.lm_kwargs, sort_keys=True) == before  # the plan temperature is put back
+
+
+def test_stride_ft_errors_name_the_fix(world, lm):
+    with pytest.raises(ConfigError, match="applies to the stride program"):
+        OPERA(BM25(world.corpus), lm=lm).compile(optimizer=STRIDEFT(), trainset=world.train)
+    with pytest.raises(ConfigError, match="legs"):
+        STRIDEFT(legs=("planner",))
+    with pytest.raises(ConfigError, match="multiple of micro_batch_size"):
+        STRIDEFT(batch_size=6, micro_batch_size=4)
