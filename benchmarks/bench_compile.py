@@ -165,7 +165,7 @@ def main() -> None:
     if set(methods) - {"prompt", "bfs", "sft", "mapgrpo", "grpo"}:
         parser.error(f"--methods takes prompt, bfs, sft, mapgrpo and grpo; got {args.methods!r}")
 
-    from rolecall.cli import sft_from_args
+    from rolecall.cli_compile import sft_from_args
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import evaluate
     from rolecall.evaluation.metrics import exact_match

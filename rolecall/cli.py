@@ -218,73 +218,6 @@ def _add_demo_parser(sub: Any) -> None:
     p.set_defaults(func=_cmd_demo)
 
 
-def _add_compile_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "compile",
-        help="train a program's role adapters with a weight optimizer and save the compiled program",
-        description="Build a registered program on the embedded LM, train its role adapters on a training split with\n"
-        "a weight optimizer, and save it (options, adapters, demo policy) to OUT, where `rolecall eval --load OUT`\n"
-        "evaluates it. SFT trains each adapter on the program's own prompts along the gold path, demo-free.\n"
-        "A comma-separated --optimizer is a chain: `sft,mapgrpo` warms OPERA's roles up with SFT, then runs MAPGRPO\n"
-        "(`sft,grpo`: single-stage GRPO over all roles at once) within --rl-minutes.\n\n"
-        "Writes OUT/program.json, OUT/adapters/<adapter>/, OUT/metrics.jsonl, OUT/loss.png (a chain: OUT/sft/...,\n"
-        "OUT/mapgrpo/metrics.jsonl and OUT/rewards.png).",
-        epilog="examples:\n"
-        "  rolecall compile --program opera --optimizer sft --dataset synthetic --out runs/opera-sft\n"
-        "  rolecall eval --load runs/opera-sft --dataset synthetic --limit 100\n"
-        "  rolecall compile --program opera --optimizer sft,mapgrpo --rl-minutes 15 --out runs/opera-sft-mapgrpo\n"
-        "  rolecall compile --program opera --dataset musique --out runs/opera-musique\n"
-        "  rolecall eval --load runs/opera-musique --dataset musique --split test",
-        formatter_class=_HelpFormatter,
-    )
-    p.add_argument("--program", required=True, choices=program_names(), help="the program to train")
-    p.add_argument(
-        "--optimizer",
-        default="sft",
-        metavar="sft[,mapgrpo|,grpo]",
-        help="the weight optimizer, or a chain of them: sft, sft,mapgrpo, sft,grpo, mapgrpo (default: %(default)s)",
-    )
-    p.add_argument("--rl-minutes", type=float, default=15.0, help="MAPGRPO / GRPO wall-clock budget (default: 15)")
-    p.add_argument("--group-size", type=int, default=4, help="RL group size G, c_best included (default: 4)")
-    p.add_argument(
-        "--dataset",
-        default="synthetic",
-        choices=("synthetic", "hotpotqa", "2wiki", "musique"),
-        help="training data: the synthetic world's train split, or the 80%% train side of a real dev subset's "
-        "hash split (`rolecall eval --split test` holds out the rest; default: %(default)s)",
-    )
-    p.add_argument("--data-path", type=Path, default=None, metavar="FILE",
-                   help="the hotpotqa / 2wiki / musique file (default: its subset in ../shared/data)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default: %(default)s)")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="train on the first N training questions")
-    p.add_argument("--epochs", type=float, default=2.0, help="passes over each adapter's samples (default: 2)")
-    p.add_argument(
-        "--max-steps",
-        default=None,
-        metavar="N|A=N,...",
-        help="at most N optimizer steps per adapter, or per named adapter (plan=60,analysis=25)",
-    )
-    p.add_argument("--learning-rate", type=float, default=2e-3, help="AdamW learning rate (default: 2e-3)")
-    p.add_argument(
-        "--lr-schedule",
-        default="linear",
-        choices=("constant", "linear"),
-        help="linear: the learning rate falls to 0 over each adapter's steps or the budget (default: %(default)s)",
-    )
-    p.add_argument("--batch-size", type=int, default=2, help="samples per forward pass (default: 2)")
-    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default: 1)")
-    p.add_argument("--budget-minutes", type=float, default=None, help="stop training after this much wall time")
-    p.add_argument("--resume", action="store_true", help="continue a killed compile from its checkpoint in OUT")
-    p.add_argument("--k", type=int, default=5, help="the program's top_k and the retriever's default k (default: 5)")
-    p.add_argument("--threads", type=int, default=8, help="questions collected concurrently (default: 8)")
-    p.add_argument("--model", default=None, help="LM name or local path (default: embedded SmolLM2-135M-Instruct)")
-    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="a program option")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the compiled program is saved")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    _add_common(p)
-    p.set_defaults(func=_cmd_compile)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``rolecall`` argument parser with every subcommand."""
     from rolecall import __version__
@@ -298,7 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rolecall {__version__}")
     sub = parser.add_subparsers(dest="command", title="commands", metavar="<command>")
     _add_eval_parser(sub)
-    _add_compile_parser(sub)
+    from rolecall.cli_compile import add_compile_parser
+
+    add_compile_parser(sub)
     _add_demo_parser(sub)
     return parser
 
@@ -429,110 +364,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     print(format_summary(result.summary))
     print(f"records: {out / 'records.jsonl'}\nsummary: {out / 'summary.json'}")
     return 0
-
-
-def _cmd_compile(args: argparse.Namespace) -> int:
-    """``rolecall compile``: build the program, train it with the optimizer, save it."""
-    from rolecall.data.synthetic import synthetic_world
-    from rolecall.lm.embedded import DEFAULT_LM
-    from rolecall.lm.local import LocalLM
-    from rolecall.optimizers.sft import GOLD_BUILDERS
-    from rolecall.programs.registry import build_program
-
-    chain = [o.strip().lower() for o in args.optimizer.split(",") if o.strip()]
-    known = ("sft", "mapgrpo", "grpo")
-    if not chain or any(o not in known for o in chain) or len(set(chain)) != len(chain):
-        raise ConfigError(
-            f"--optimizer takes sft, mapgrpo or grpo, or a chain such as sft,mapgrpo; got {args.optimizer!r}"
-        )
-    if "sft" in chain and chain[0] != "sft":
-        raise ConfigError(f"--optimizer {args.optimizer}: sft is the warm start, so it comes first (sft,mapgrpo)")
-    rl = [o for o in chain if o != "sft"]
-    if len(rl) > 1:
-        raise ConfigError(f"--optimizer {args.optimizer}: pick one of mapgrpo and grpo after sft")
-    if rl and args.program != "opera":
-        raise ConfigError(f"--optimizer {rl[0]} trains OPERA's plan/analysis/rewrite roles, not {args.program!r}")
-    if "sft" in chain and get_program_class(args.program) not in GOLD_BUILDERS:
-        names = ", ".join(n for n in program_names() if get_program_class(n) in GOLD_BUILDERS)
-        raise ConfigError(f"--optimizer sft has gold-path targets for {names}; {args.program!r} has none yet")
-    for name in ("k", "threads", "group_size"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.rl_minutes <= 0:
-        raise ConfigError(f"--rl-minutes must be > 0, got {args.rl_minutes}")
-    options = parse_program_options(args.program, args.option)
-    optimizers: list[Any] = []
-    if "sft" in chain:
-        optimizers.append(sft_from_args(args, args.out / "sft" if rl else args.out, resume=args.resume,
-                                        show_progress=not args.no_progress))  # fmt: skip
-    if rl:
-        from rolecall.optimizers import MAPGRPO, JointGRPO, MAPGRPOConfig
-
-        config = MAPGRPOConfig(group_size=args.group_size, time_budget_s=args.rl_minutes * 60,
-                               output_dir=args.out / rl[0], resume=args.resume, num_threads=args.threads,
-                               seed=args.seed, show_progress=not args.no_progress)  # fmt: skip
-        optimizers.append(MAPGRPO(config) if rl[0] == "mapgrpo" else JointGRPO(config))
-    if args.dataset == "synthetic":
-        world = synthetic_world(seed=args.seed)
-        trainset, corpus = list(world.train), list(world.corpus)
-    else:
-        from rolecall.data.corpus import build_corpus, load_dataset
-
-        path = _existing(args.data_path or DEFAULT_DATA_PATHS[args.dataset], "--data-path")
-        trainset = _split_of(load_dataset(args.dataset, path), "train", args.dataset)
-        corpus = list(build_corpus(args.dataset, path))
-    trainset = trainset[: args.limit] if args.limit else trainset
-    lm = LocalLM(args.model or DEFAULT_LM)
-    if "top_k" not in options and "top_k" in option_names(get_program_class(args.program)):
-        options["top_k"] = args.k
-    program = build_program(args.program, _build_retriever("bm25", corpus, args.k), lm, **options)
-    started = time.perf_counter()
-    program.compile(optimizer=optimizers if len(optimizers) > 1 else optimizers[0], trainset=trainset)
-    program.save(args.out)
-    minutes = (time.perf_counter() - started) / 60
-    what = f"{len(trainset)} {args.dataset} questions"
-    print(f"{args.program} compiled with {','.join(chain)} on {what} in {minutes:.1f} min")
-    for name, optimizer in zip(chain, optimizers, strict=True):
-        steps: dict[str, int] = {}
-        for r in optimizer.history:
-            steps[r.get("adapter", r["stage"])] = r["step"]
-        print(f"{name} optimizer steps per adapter: {steps}")
-    print(f"saved: {args.out} (evaluate with: rolecall eval --load {args.out})")
-    if "sft" in chain:
-        print(f"loss curve: {(args.out / 'sft' if rl else args.out) / 'loss.png'}")
-    if rl:
-        from rolecall.demo import plot_training_curve
-
-        if plot_training_curve(args.out / rl[0] / "metrics.jsonl", args.out / "rewards.png"):
-            print(f"reward curves: {args.out / 'rewards.png'}")
-    return 0
-
-
-def sft_from_args(
-    args: argparse.Namespace, output_dir: Path, *, resume: bool = False, show_progress: bool = True
-) -> Any:
-    """The SFT optimizer that ``rolecall compile``'s training flags describe (``--epochs``, ``--max-steps``,
-    ``--learning-rate``, ``--lr-schedule``, ``--batch-size``, ``--grad-accum``, ``--budget-minutes``, ``--threads``),
-    checked before any model loads; ``benchmarks/bench_compile.py`` shares the flags.
-
-    Raises:
-        ConfigError: a flag's value is invalid (the message names it).
-    """
-    from rolecall.optimizers.sft import SFT, parse_max_steps
-
-    return SFT(
-        epochs=args.epochs,
-        max_steps=parse_max_steps(args.max_steps),
-        resume=resume,
-        learning_rate=args.learning_rate,
-        lr_schedule=args.lr_schedule,
-        micro_batch_size=args.batch_size,
-        gradient_accumulation_steps=args.grad_accum,
-        time_budget_minutes=args.budget_minutes,
-        num_threads=args.threads,
-        output_dir=str(output_dir),
-        show_progress=show_progress,
-    )
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

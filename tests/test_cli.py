@@ -294,13 +294,44 @@ def test_compile_chains_sft_and_mapgrpo(tmp_path, tiny_model, smollm_tokenizer, 
     assert record["stage"] == "plan" and "time/execute" in record and (saved / "rewards.png").is_file()
 
 
+def test_compile_multitask_sft_trains_reaps_one_planning_adapter(tmp_path, tiny_model, smollm_tokenizer, capsys):
+    model_dir, saved = tmp_path / "tiny", tmp_path / "reap-multitask"
+    tiny_model.save_pretrained(model_dir)
+    smollm_tokenizer.save_pretrained(model_dir)
+    argv = ["compile", "--program", "reap", "--optimizer", "multitask_sft", "--limit", "3", "--max-steps", "1",
+            "--model", str(model_dir), "--out", str(saved), "--no-progress", "--threads", "2"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "multitask_sft optimizer steps per adapter: {'multitask': 1}" in printed
+    assert (saved / "loss.png").is_file() and (saved / "adapters" / "multitask").is_dir()
+    assert json.loads((saved / "program.json").read_text())["config"]["adapter_groups"] == {
+        "multitask": ["decomposer", "replanner"]
+    }
+
+
+def test_compile_stride_ft_that_selects_nothing_says_what_to_do(tmp_path, tiny_model, smollm_tokenizer, capsys):
+    """A random tiny model answers nothing right, so no rule selects a sample: a clear error, no traceback."""
+    model_dir = tmp_path / "tiny"
+    tiny_model.save_pretrained(model_dir)
+    smollm_tokenizer.save_pretrained(model_dir)
+    argv = ["compile", "--program", "stride", "--optimizer", "stride_ft", "--limit", "2", "--num-plans", "2",
+            "--model", str(model_dir), "--out", str(tmp_path / "out"), "--no-progress", "--threads", "2"]  # fmt: skip
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "STRIDEFT selected no sample from 2 questions x 2 runs" in err and "SFT first" in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize(
     "optimizer, program, message",
     [
         ("mapgrpo,sft", "opera", "sft is the warm start, so it comes first"),
-        ("sft,mapgrpo,grpo", "opera", "pick one of mapgrpo and grpo"),
-        ("sft,mapgrpo", "reap", "trains OPERA's plan/analysis/rewrite roles, not 'reap'"),
-        ("dpo", "opera", "--optimizer takes sft, mapgrpo or grpo"),
+        ("sft,mapgrpo,grpo", "opera", "pick one of mapgrpo, grpo, stride_ft, multitask_sft (after sft)"),
+        ("sft,mapgrpo", "reap", "--optimizer mapgrpo applies to opera, not 'reap'"),
+        ("stride_ft", "opera", "--optimizer stride_ft applies to stride, not 'opera'"),
+        ("multitask_sft", "stride", "--optimizer multitask_sft applies to reap, not 'stride'"),
+        ("sft,multitask_sft", "reap", "multitask_sft is itself SFT"),
+        ("dpo", "opera", "--optimizer takes sft, mapgrpo, grpo, stride_ft, multitask_sft"),
     ],
 )
 def test_compile_rejects_a_bad_chain_before_loading(monkeypatch, capsys, optimizer, program, message):
