@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from rolecall.data.types import Example
 from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match
-from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
+from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
 from rolecall.optimizers.core.config import LRSchedule, TrainerConfig
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import load_samples, samples_from_trajectory, save_samples
@@ -38,7 +38,7 @@ from rolecall.programs.baselines.direct import NoRetrievalCoT, SingleStepRAG
 from rolecall.programs.core.calls import is_local_lm
 from rolecall.programs.core.demos import check_adapter_groups
 from rolecall.programs.core.gold import format_pair
-from rolecall.programs.core.options import ProgramOptions, option
+from rolecall.programs.core.options import option
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.program import Program
 from rolecall.programs.core.trajectory import Trajectory
@@ -66,7 +66,7 @@ GOLD_BUILDERS: dict[type, Callable[..., Any]] = {
 
 
 @dataclass(kw_only=True)
-class SFTConfig(ProgramOptions):
+class SFTConfig(LoopOptions):
     """Settings of :class:`SFT` (validated on construction)."""
 
     source: Literal["gold", "self"] = "gold"
@@ -106,18 +106,6 @@ class SFTConfig(ProgramOptions):
     """``self``: sampling temperature of those runs."""
     threshold: float = option(1.0, low=0.0, high=1.0)
     """``self``: keep a run's role calls when the metric reaches this."""
-    num_threads: int = option(8, low=1)
-    """Questions collected concurrently (their LM calls share batches)."""
-    time_budget_minutes: float | None = None
-    """Wall-clock minutes of the training loop (collection excluded; None: no limit)."""
-    seed: int = 0
-    """Shuffling of the samples and the seeds of a fresh start."""
-    output_dir: str | None = None
-    """Where ``samples.jsonl``, ``metrics.jsonl``, checkpoints, ``loss.png`` and the adapters go (None: nowhere)."""
-    resume: bool = False
-    """Continue a killed run from the last checkpoint in ``output_dir`` (its collected samples are reused)."""
-    show_progress: bool = True
-    """tqdm bars for collection and training."""
 
 
 class SFT(WeightOptimizer):
@@ -147,16 +135,7 @@ class SFT(WeightOptimizer):
     ):
         self.sft_config = config if config is not None else SFTConfig.from_kwargs("SFT", kw)
         cfg = self.sft_config
-        super().__init__(
-            WeightOptimizerConfig(
-                output_dir=cfg.output_dir,
-                time_budget_s=None if cfg.time_budget_minutes is None else 60 * cfg.time_budget_minutes,
-                schedule="interleaved",
-                resume=cfg.resume,
-                seed=cfg.seed,
-                show_progress=cfg.show_progress,
-            )
-        )
+        super().__init__(cfg.loop_config("interleaved"))
         if teacher is not None and cfg.source != "self":
             raise ConfigError("SFT(teacher=...) samples the teacher's trajectories: pass source='self' with it")
         self.metric = metric or _exact_match

@@ -51,8 +51,9 @@ from rolecall.optimizers.core.metrics_log import MetricsLog
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.core.trainer import AdapterTrainer
+from rolecall.programs.core.options import ProgramOptions, option
 
-__all__ = ["Stage", "StepContext", "WeightOptimizer", "WeightOptimizerConfig"]
+__all__ = ["LoopOptions", "Stage", "StepContext", "WeightOptimizer", "WeightOptimizerConfig"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,36 @@ class WeightOptimizerConfig:
             raise ConfigError(f"time_budget_s must be > 0 seconds or None; got {self.time_budget_s}.")
         if self.resume and self.output_dir is None:
             raise ConfigError("resume=True needs output_dir (where the checkpoints are).")
+
+
+@dataclass(kw_only=True)
+class LoopOptions(ProgramOptions):
+    """The user-facing loop settings an offline optimizer's config shares (SFT, STRIDE-FT), checked like program
+    options; :meth:`loop_config` turns them into the base's :class:`WeightOptimizerConfig`."""
+
+    num_threads: int = option(8, low=1)
+    """Questions (or runs) collected concurrently (their LM calls share batches)."""
+    time_budget_minutes: float | None = None
+    """Wall-clock minutes of the training loop (collection excluded; None: no limit)."""
+    seed: int = 0
+    """Shuffling of the samples and the seeds of a fresh start."""
+    output_dir: str | None = None
+    """Where ``samples.jsonl``, ``metrics.jsonl``, checkpoints and the adapters go (None: nowhere)."""
+    resume: bool = False
+    """Continue a killed run from the last checkpoint in ``output_dir`` (its collected samples are reused)."""
+    show_progress: bool = True
+    """tqdm bars for collection and training."""
+
+    def loop_config(self, schedule: Schedule = "interleaved") -> WeightOptimizerConfig:
+        """The :class:`WeightOptimizer` settings these options describe."""
+        return WeightOptimizerConfig(
+            output_dir=self.output_dir,
+            time_budget_s=None if self.time_budget_minutes is None else 60 * self.time_budget_minutes,
+            schedule=schedule,
+            resume=self.resume,
+            seed=self.seed,
+            show_progress=self.show_progress,
+        )
 
 
 class WeightOptimizer(dspy.teleprompt.Teleprompter):

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from rolecall.data.types import Example
 from rolecall.errors import ConfigError
-from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
+from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.logprobs import store_reference_logps
 from rolecall.optimizers.core.sample import TrainingSample
@@ -51,7 +51,7 @@ from rolecall.optimizers.stride_ft.selection import (
 )
 from rolecall.programs.core.calls import is_local_lm
 from rolecall.programs.core.gold import format_pair
-from rolecall.programs.core.options import ProgramOptions, option
+from rolecall.programs.core.options import option
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.trajectory import Step
 from rolecall.programs.stride.parse import parse_facts
@@ -67,8 +67,10 @@ LEGS: tuple[str, ...] = ("meta_planner", "supervisor", "extractor", "reasoner")
 
 
 @dataclass(kw_only=True)
-class STRIDEFTConfig(ProgramOptions):
-    """Settings of :class:`STRIDEFT`; defaults are the paper's (Sec. 4.1) unless noted."""
+class STRIDEFTConfig(LoopOptions):
+    """Settings of :class:`STRIDEFT`; defaults are the paper's (Sec. 4.1) unless noted; the loop settings
+    (``num_threads``, ``time_budget_minutes``, ``seed``, ``output_dir`` with ``samples.jsonl`` and ``selection.json``,
+    ``resume``, ``show_progress``) are :class:`~rolecall.optimizers.core.base.LoopOptions`."""
 
     legs: tuple[str, ...] = LEGS
     """The modules to tune; drop ``meta_planner`` for "the SFT legs alone"."""
@@ -101,16 +103,6 @@ class STRIDEFTConfig(ProgramOptions):
     """DPO's beta."""
     demo_free: bool = True
     """Train on (and afterwards run) the tuned roles' prompts without demos."""
-    num_threads: int = option(8, low=1)
-    """Runs executed concurrently during collection (their LM calls share batches)."""
-    time_budget_minutes: float | None = None
-    """Wall-clock minutes of the training loop (collection excluded; None: no limit)."""
-    seed: int = 0
-    output_dir: str | None = None
-    """Where ``samples.jsonl``, ``selection.json``, ``metrics.jsonl``, checkpoints and adapters go."""
-    resume: bool = False
-    """Continue a killed run from its last checkpoint (its collected samples are reused)."""
-    show_progress: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -142,16 +134,7 @@ class STRIDEFT(WeightOptimizer):
     def __init__(self, config: STRIDEFTConfig | None = None, **kw: Any) -> None:
         self.ft_config = config if config is not None else STRIDEFTConfig.from_kwargs("STRIDEFT", kw)
         cfg = self.ft_config
-        super().__init__(
-            WeightOptimizerConfig(
-                output_dir=cfg.output_dir,
-                time_budget_s=None if cfg.time_budget_minutes is None else 60 * cfg.time_budget_minutes,
-                schedule="interleaved",
-                resume=cfg.resume,
-                seed=cfg.seed,
-                show_progress=cfg.show_progress,
-            )
-        )
+        super().__init__(cfg.loop_config("interleaved"))
         self.samples: dict[str, list[TrainingSample]] = {}
         self.selection: dict[str, Any] = {}
 
