@@ -1,0 +1,127 @@
+"""Do the offline optimizers help? STRIDE-FT and REAP's multi-task SFT, in one process on the synthetic world.
+
+STRIDE (``--methods stride_ft``): the SFT(gold) program ``bench_compile.py --programs stride --methods sft`` saved
+(``--warm-start DIR`` for another) is tuned further from its own runs, twice from the same start: with the SFT legs
+alone (Supervisor, Extractor, Reasoner) and with the Meta-Planner's DPO on top. The claim: STRIDE-FT > its SFT legs
+alone > prompt-only (the prompt-only and SFT rows are bench_compile's).
+
+REAP (``--methods multitask``): the same gold data and budget, trained once into one shared adapter for every role
+(``MultiTaskSFT``) and once into one adapter per role (``SFT`` with ``adapter_groups={}``). The claim: multi-task
+matches or beats per-role.
+
+Each row: EM with a question-bootstrap 95% interval, F1, training minutes, prompt tokens per call, LM calls and
+tokens per question, and for STRIDE-FT what each selection rule selected. Results go to
+``benchmarks/results/bench_offline.json`` (rows for other programs and methods are kept).
+
+Example:
+    .venv/bin/python benchmarks/bench_offline.py --methods stride_ft --num-plans 4 --train-questions 100
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_compile import RUNS, _earlier_rows, _key, _row, table
+
+from _common import bench_parser, write_results
+
+
+def _tokens_row(name: str, method: str, result: Any, minutes: float) -> dict[str, Any]:
+    """bench_compile's row, plus the tokens (prompt and completion) per question the STRIDE paper reports."""
+    row = _row(name, method, result.summary, minutes)
+    row["tokens_per_question"] = round(result.summary.prompt_tokens + result.summary.completion_tokens, 1)
+    return row
+
+
+def main() -> None:
+    parser = bench_parser(__doc__, "bench_offline")
+    parser.add_argument("--methods", default="stride_ft,multitask", help="comma-separated: stride_ft, multitask")
+    parser.add_argument("--test-questions", type=int, default=200, help="held-out test questions (default 200)")
+    parser.add_argument("--train-questions", type=int, default=100, help="training questions (default 100)")
+    parser.add_argument("--num-plans", type=int, default=4, help="STRIDE-FT plans per question (paper: 8)")
+    parser.add_argument("--fact-selector", default="lm", choices=("lm", "answer"), help="STRIDE-FT's E* selector")
+    parser.add_argument("--ft-minutes", type=float, default=10.0, help="each STRIDE-FT training budget (default 10)")
+    parser.add_argument("--budget-minutes", type=float, default=15.0, help="each REAP SFT budget (default 15)")
+    parser.add_argument("--epochs", type=float, default=20.0, help="REAP SFT passes (the budget stops it first)")
+    parser.add_argument("--warm-start", type=Path, default=None, help="the SFT(gold) STRIDE program to tune")
+    parser.add_argument("--threads", type=int, default=16, help="questions evaluated concurrently (default 16)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods or set(methods) - {"stride_ft", "multitask"}:
+        parser.error(f"--methods takes stride_ft and multitask; got {args.methods!r}")
+
+    from rolecall.data.synthetic import synthetic_world
+    from rolecall.evaluation import evaluate
+    from rolecall.lm import LocalLM
+    from rolecall.optimizers import SFT, STRIDEFT
+    from rolecall.optimizers.multitask_sft import MultiTaskSFT
+    from rolecall.programs import REAP, STRIDE
+    from rolecall.retrievers.bm25 import BM25
+    from rolecall.utils.logs import quiet_repeated_warnings
+
+    quiet_repeated_warnings()
+    world = synthetic_world(seed=args.seed)
+    test, train = world.test[: args.test_questions], world.train[: args.train_questions]
+    retriever = BM25(world.corpus)
+    runs = RUNS / "synthetic"
+    rows: list[dict[str, Any]] = []
+
+    def record(row: dict[str, Any]) -> None:
+        row["settings"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        rows[:] = [r for r in _earlier_rows(Path(args.out)) if _key(r) != _key(row)] + [row]
+        print(table([row]), flush=True)
+        out = write_results({"rows": rows, "table": table(rows)}, args)
+        out.with_suffix(".md").write_text(table(rows))
+
+    if "stride_ft" in methods:
+        warm = args.warm_start or runs / "stride" / "sft" / "program"
+        if not (warm / "program.json").is_file():
+            raise SystemExit(f"no SFT(gold) STRIDE at {warm}: run bench_compile.py --programs stride --methods sft")
+        for method, legs in (("SFT + STRIDE-FT legs", ("supervisor", "extractor", "reasoner")),
+                             ("SFT + STRIDE-FT", None)):  # fmt: skip
+            program = STRIDE.load(warm, retriever=retriever, lm=LocalLM())
+            out = runs / "stride" / ("stride_ft_legs" if legs else "stride_ft")
+            kw = {"legs": legs} if legs else {}
+            optimizer = STRIDEFT(num_plans=args.num_plans, fact_selector=args.fact_selector,
+                                 num_threads=args.threads, time_budget_minutes=args.ft_minutes, output_dir=str(out),
+                                 seed=args.seed, **kw)  # fmt: skip
+            started = time.perf_counter()
+            program.compile(optimizer=optimizer, trainset=train)
+            minutes = (time.perf_counter() - started) / 60
+            program.save(out / "program")
+            result = evaluate(program, test, num_threads=args.threads, output_dir=out / "eval")
+            row = _tokens_row("stride", method, result, minutes)
+            row["selection"] = optimizer.selection
+            row["ft_steps"] = {s: max((r["step"] for r in optimizer.history if r["stage"] == s), default=0)
+                               for s in dict.fromkeys(r["stage"] for r in optimizer.history)}  # fmt: skip
+            record(row)
+    if "multitask" in methods:
+        for method in ("MultiTaskSFT(gold)", "SFT(gold), one adapter per role"):
+            merged = method.startswith("MultiTask")
+            program = REAP(retriever, lm=LocalLM(), **({} if merged else {"adapter_groups": {}}))
+            out = runs / "reap" / ("multitask" if merged else "per_role")
+            sft = SFT(epochs=args.epochs, time_budget_minutes=args.budget_minutes, num_threads=args.threads,
+                      output_dir=str(out), seed=args.seed)  # fmt: skip
+            if merged:
+                sft = MultiTaskSFT(dataclasses.replace(sft.sft_config, roles=tuple(program.roles)))
+            started = time.perf_counter()
+            program.compile(optimizer=sft, trainset=train)
+            minutes = (time.perf_counter() - started) / 60
+            program.save(out / "program")
+            result = evaluate(program, test, num_threads=args.threads, output_dir=out / "eval")
+            row = _tokens_row("reap", method, result, minutes)
+            row["sft_samples"] = {a: len(s) for a, s in sft.samples.items()}
+            record(row)
+    print(table(rows))
+    print(json.dumps({r["method"]: r.get("selection") for r in rows if r.get("selection")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
