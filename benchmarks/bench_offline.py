@@ -31,8 +31,18 @@ from bench_compile import RUNS, _earlier_rows, _key, _row, table
 from _common import bench_parser, write_results
 
 
-def _tokens_row(name: str, method: str, result: Any, minutes: float) -> dict[str, Any]:
-    """bench_compile's row, plus the tokens (prompt and completion) per question the STRIDE paper reports."""
+def train_and_evaluate(
+    program: Any, optimizer: Any, train: list[Any], test: list[Any], out: Path, name: str, method: str, threads: int
+) -> dict[str, Any]:
+    """Compile ``program`` with ``optimizer``, save it under ``out``, evaluate it on ``test``: bench_compile's row,
+    plus the tokens (prompt and completion) per question the STRIDE paper reports."""
+    from rolecall.evaluation import evaluate
+
+    started = time.perf_counter()
+    program.compile(optimizer=optimizer, trainset=train)
+    minutes = (time.perf_counter() - started) / 60
+    program.save(out / "program")
+    result = evaluate(program, test, num_threads=threads, output_dir=out / "eval")
     row = _row(name, method, result.summary, minutes)
     row["tokens_per_question"] = round(result.summary.prompt_tokens + result.summary.completion_tokens, 1)
     return row
@@ -58,7 +68,7 @@ def main() -> None:
         parser.error(f"--methods takes stride_ft and multitask; got {args.methods!r}")
 
     from rolecall.data.synthetic import synthetic_world
-    from rolecall.evaluation import evaluate
+    from rolecall.errors import ConfigError
     from rolecall.lm import LocalLM
     from rolecall.optimizers import SFT, STRIDEFT
     from rolecall.optimizers.multitask_sft import MultiTaskSFT
@@ -92,12 +102,11 @@ def main() -> None:
             optimizer = STRIDEFT(num_plans=args.num_plans, fact_selector=args.fact_selector,
                                  num_threads=args.threads, time_budget_minutes=args.ft_minutes, output_dir=str(out),
                                  seed=args.seed, **kw)  # fmt: skip
-            started = time.perf_counter()
-            program.compile(optimizer=optimizer, trainset=train)
-            minutes = (time.perf_counter() - started) / 60
-            program.save(out / "program")
-            result = evaluate(program, test, num_threads=args.threads, output_dir=out / "eval")
-            row = _tokens_row("stride", method, result, minutes)
+            try:
+                row = train_and_evaluate(program, optimizer, train, test, out, "stride", method, args.threads)
+            except ConfigError as err:  # e.g. no rule selected anything: say so, and go on with the next row
+                print(f"{method}: no row ({err})", flush=True)
+                continue
             row["selection"] = optimizer.selection
             row["ft_steps"] = {s: max((r["step"] for r in optimizer.history if r["stage"] == s), default=0)
                                for s in dict.fromkeys(r["stage"] for r in optimizer.history)}  # fmt: skip
@@ -111,12 +120,7 @@ def main() -> None:
                       output_dir=str(out), seed=args.seed)  # fmt: skip
             if merged:
                 sft = MultiTaskSFT(dataclasses.replace(sft.sft_config, roles=tuple(program.roles)))
-            started = time.perf_counter()
-            program.compile(optimizer=sft, trainset=train)
-            minutes = (time.perf_counter() - started) / 60
-            program.save(out / "program")
-            result = evaluate(program, test, num_threads=args.threads, output_dir=out / "eval")
-            row = _tokens_row("reap", method, result, minutes)
+            row = train_and_evaluate(program, sft, train, test, out, "reap", method, args.threads)
             row["sft_samples"] = {a: len(s) for a, s in sft.samples.items()}
             record(row)
     print(table(rows))
