@@ -244,3 +244,38 @@ def test_stride_ft_errors_name_the_fix(world, lm):
         STRIDEFT(legs=("planner",))
     with pytest.raises(ConfigError, match="multiple of micro_batch_size"):
         STRIDEFT(batch_size=6, micro_batch_size=4)
+
+
+def test_a_killed_stride_ft_resumes_with_its_samples_and_reaches_the_uninterrupted_adapters(
+    world, smollm_tokenizer, tmp_path, monkeypatch
+):
+    from tests.optimizers.test_sft import _fresh_lm
+
+    def run(out, *, resume=False):
+        lm = _fresh_lm(smollm_tokenizer)
+        program = STRIDE(BM25(world.corpus), lm=lm)
+        optimizer = HandBuiltRuns(fact_selector="answer", epochs=1, batch_size=2, micro_batch_size=2,
+                                  dpo_learning_rate=1e-2, sft_learning_rate=1e-2, output_dir=str(out), resume=resume,
+                                  show_progress=False)  # fmt: skip
+        program.compile(optimizer=optimizer, trainset=world.train)
+        return lm, optimizer
+
+    full_lm, full = run(tmp_path / "full")
+    original, calls = STRIDEFT.update, []
+
+    def dies_on_the_third_step(self, ctx, samples, trainer):
+        calls.append(ctx.global_step)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("killed")
+        return original(self, ctx, samples, trainer)
+
+    monkeypatch.setattr(STRIDEFT, "update", dies_on_the_third_step)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "killed")
+    monkeypatch.setattr(STRIDEFT, "update", original)
+    resumed_lm, resumed = run(tmp_path / "killed", resume=True)
+    assert [r["global_step"] for r in resumed.history] == [r["global_step"] for r in full.history][2:]
+    for adapter in ("meta_planner", "supervisor", "extractor", "reasoner"):
+        expected, got = lora(full_lm, adapter), lora(resumed_lm, adapter)
+        for name in expected:
+            torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
