@@ -48,7 +48,7 @@ from rolecall.programs.reap.program import REAP
 from rolecall.programs.stride.program import STRIDE
 from rolecall.programs.team.program import CascadedTeam, HierarchicalTeam
 
-__all__ = ["SFT", "SFTConfig", "GOLD_BUILDERS", "parse_max_steps", "rerender"]
+__all__ = ["SFT", "SFTConfig", "GOLD_BUILDERS", "parse_max_steps", "rerender", "trainable_examples"]
 
 logger = logging.getLogger(__name__)
 
@@ -163,11 +163,7 @@ class SFT(WeightOptimizer):
                 holds no rolecall ``Example``, or no sample was collected.
         """
         cfg = self.sft_config
-        if not is_local_lm(student.lm) or not student.per_role_adapters:
-            raise ConfigError("SFT trains LoRA adapters: build the program with lm=LocalLM() and per_role_adapters")
-        examples = [e for e in trainset if isinstance(e, Example)]
-        if len(examples) != len(trainset) or not examples:
-            raise ConfigError("SFT needs a non-empty trainset of rolecall.data.Example (with gold decompositions)")
+        examples = trainable_examples("SFT", student, trainset, "with gold decompositions")
         if cfg.multitask:
             trained_roles = [r for r in student.roles if cfg.roles is None or r in cfg.roles]
             student.adapter_groups = check_adapter_groups({"multitask": trained_roles}, list(student.roles))
@@ -295,6 +291,21 @@ class SFT(WeightOptimizer):
         if out:
             logger.info("SFT: resumed with the %d samples collected in %s", sum(map(len, out.values())), path)
         return out
+
+
+def trainable_examples(owner: str, student: Program, trainset: Sequence[Any], needs: str) -> list[Example]:
+    """``trainset`` as rolecall ``Example`` s, after checking that ``student`` has LoRA role adapters to train.
+
+    Raises:
+        ConfigError: the program is not on a ``LocalLM`` with per-role adapters, or the trainset is empty or holds
+            something other than rolecall ``Example`` s (``needs`` says what they must carry).
+    """
+    if not is_local_lm(student.lm) or not student.per_role_adapters:
+        raise ConfigError(f"{owner} trains LoRA adapters: build the program with lm=LocalLM() and per_role_adapters")
+    examples = [e for e in trainset if isinstance(e, Example)]
+    if len(examples) != len(trainset) or not examples:
+        raise ConfigError(f"{owner} needs a non-empty trainset of rolecall.data.Example ({needs})")
+    return examples
 
 
 def parse_max_steps(text: str | None) -> int | dict[str, int] | None:

@@ -38,6 +38,7 @@ from rolecall.optimizers.core.logprobs import store_reference_logps
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import load_samples, samples_from_trajectory, save_samples
 from rolecall.optimizers.core.stage import Stage, StepContext
+from rolecall.optimizers.sft import trainable_examples
 from rolecall.optimizers.stride_ft.selection import (
     Run,
     answer_bearing_facts,
@@ -49,7 +50,6 @@ from rolecall.optimizers.stride_ft.selection import (
     rewritten_facts,
     score_run,
 )
-from rolecall.programs.core.calls import is_local_lm
 from rolecall.programs.core.gold import format_pair
 from rolecall.programs.core.options import option
 from rolecall.programs.core.parallel import parallel_map
@@ -136,6 +136,9 @@ class STRIDEFT(WeightOptimizer):
         cfg = self.ft_config
         super().__init__(cfg.loop_config("interleaved"))
         self.samples: dict[str, list[TrainingSample]] = {}
+        """Adapter -> its samples (the layout of ``samples.jsonl``)."""
+        self.pools: dict[str, list[TrainingSample]] = {}
+        """Leg -> the samples its stage trains on (a leg's share of its adapter's samples)."""
         self.selection: dict[str, Any] = {}
 
     def trainer_config(self, leg: str) -> TrainerConfig:
@@ -160,11 +163,7 @@ class STRIDEFT(WeightOptimizer):
         cfg = self.ft_config
         if not isinstance(student, STRIDE):
             raise ConfigError(f"STRIDEFT applies to the stride program; got {type(student).__name__}")
-        if not is_local_lm(student.lm) or not student.per_role_adapters:
-            raise ConfigError("STRIDEFT trains LoRA adapters: build the program with lm=LocalLM(), per_role_adapters")
-        examples = [e for e in trainset if isinstance(e, Example)]
-        if len(examples) != len(trainset) or not examples:
-            raise ConfigError("STRIDEFT needs a non-empty trainset of rolecall.data.Example (with gold answers)")
+        examples = trainable_examples("STRIDEFT", student, trainset, "with gold answers")
         path = Path(cfg.output_dir) / "samples.jsonl" if cfg.output_dir else None
         self.samples = load_samples(path) if cfg.resume and path is not None else {}
         if self.samples:
@@ -181,12 +180,13 @@ class STRIDEFT(WeightOptimizer):
                 f"({self.selection}); use more questions, a warm-started program (SFT first), or more plans"
             )
         stages = []
+        self.pools = {}
         for leg in LEGS:
             adapter = _leg_adapter(student, leg)
-            samples = self.samples.get(adapter, []) if adapter else []
-            samples = [s for s in samples if _leg(s) == leg]
+            samples = [s for s in self.samples.get(adapter, []) if _leg(s) == leg] if adapter else []
             if not samples:
                 continue
+            self.pools[leg] = samples
             trainer = self.trainer_config(leg)
             steps = max(1, round(cfg.epochs * len(samples) / trainer.samples_per_step))
             stages.append(Stage(name=leg, adapter=adapter, steps=steps, trainer=trainer, roles=(leg,)))
@@ -194,8 +194,7 @@ class STRIDEFT(WeightOptimizer):
 
     def collect(self, ctx: StepContext) -> list[TrainingSample]:
         """The next batch of the leg's samples (reshuffled each epoch)."""
-        pool = [s for s in self.samples[ctx.stage.adapter] if _leg(s) == ctx.stage.name]
-        return ctx.take(pool, ctx.stage.trainer.samples_per_step)
+        return ctx.take(self.pools[ctx.stage.name], ctx.stage.trainer.samples_per_step)
 
     def compile(self, student: Any, *, trainset: Sequence[Any], valset: Sequence[Any] | None = None, **kw: Any) -> Any:
         """Tune ``student``'s STRIDE modules in place from its own runs on ``trainset`` and return it."""
