@@ -156,6 +156,7 @@ class ModelBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.lora_config = lora_config
         self.adapter_versions: dict[str, int] = {}
+        self._update_listeners: list[Callable[[str], None]] = []
         self._identity: dict[str, tuple[int, bool]] = {}  # adapter -> (version checked, all LoRA B zero)
         self.eos_token_ids = self._eos_ids()
         self.batcher: RequestBatcher | ContinuousBatcher
@@ -229,8 +230,10 @@ class ModelBackend:
             else:
                 self.model.add_adapter(name, config)
             self.model.eval()
-            self.adapter_versions[name] = 0
+            # a new adapter starts at version 0; one re-created after delete_adapter continues its count
+            self.adapter_versions[name] = self.adapter_versions[name] + 1 if name in self.adapter_versions else 0
         logger.info("Created LoRA adapter %r", name)
+        self._notify(name)
 
     def save_adapter(self, name: str, path: str | Path) -> None:
         """Write adapter ``name`` to ``path`` in PEFT format (``adapter_config.json`` + safetensors)."""
@@ -266,6 +269,42 @@ class ModelBackend:
                 self.model.load_adapter(str(path), adapter_name=name, is_trainable=True)
             self.model.eval()
             self.adapter_versions[name] = self.adapter_versions.get(name, 0) + 1
+        self._notify(name)
+
+    def delete_adapter(self, name: str) -> None:
+        """Remove LoRA adapter ``name`` from the model; after the last one the model is the plain base model again.
+
+        The adapter's version number is kept (and bumped), so an adapter created or loaded again under the same name
+        never reuses a version whose prompt prefixes the batcher cached with the deleted weights.
+
+        Raises:
+            ConfigError: If there is no adapter of that name.
+        """
+        if name not in self.adapters:
+            raise ConfigError(f"No adapter named {name!r}; existing adapters: {self.adapters}")
+        with self.lock:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Adapter .* was active which is now deleted")
+                self.model.delete_adapter(name)
+            if not self.adapters:  # a PeftModel without adapters cannot run: unwrap to the base model
+                self.model = self.model.base_model.unload()
+                self.model.eval()
+            self.adapter_versions[name] = self.adapter_versions.get(name, 0) + 1
+            self._identity.pop(name, None)
+        logger.info("Deleted LoRA adapter %r", name)
+
+    def add_update_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(adapter_name)`` whenever an adapter is created, loaded or updated (:meth:`mark_updated`),
+        on the thread that changed it and outside the model lock. A served backend uses it to push each trained
+        adapter to its inference server; a listener that raises is logged and does not fail the update."""
+        self._update_listeners.append(listener)
+
+    def _notify(self, name: str) -> None:
+        for listener in list(self._update_listeners):
+            try:
+                listener(name)
+            except Exception:  # a listener is a side channel; the update itself has happened
+                logger.exception("adapter update listener failed for %r", name)
 
     def copy_adapter(self, source: str, target: str) -> None:
         """Make adapter ``target`` (created if missing) hold a copy of ``source``'s LoRA weights, for example a frozen
@@ -296,6 +335,7 @@ class ModelBackend:
         """Record that adapter ``name``'s weights changed. Trainers call this after each optimizer step; any code that
         changes adapter weights by hand must call it too (untrained adapters are routed to the base model)."""
         self.adapter_versions[name] = self.adapter_versions.get(name, 0) + 1
+        self._notify(name)
 
     def is_identity_adapter(self, name: str) -> bool:
         """Whether adapter ``name`` still computes the base model (every LoRA ``B`` matrix is zero, as created).

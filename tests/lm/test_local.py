@@ -9,6 +9,7 @@ import dspy
 import pytest
 import torch
 
+from rolecall.errors import ConfigError
 from rolecall.lm import LocalLM
 from rolecall.lm.generation import GenerationRequest
 
@@ -193,3 +194,26 @@ def test_role_adapters_adapt_the_top_half_of_the_layers_by_default(lm):
     lm.for_role("plan")
     adapted = {n.split(".layers.")[1].split(".")[0] for n, _ in lm.hf_model.named_parameters() if "lora_A" in n}
     assert adapted == {"1"}  # the tiny model has 2 layers: LoRA sits on the upper one only
+
+
+def test_deleting_adapters_keeps_their_version_count_and_unwraps_after_the_last(lm, tmp_path):
+    msgs = [{"role": "user", "content": "Hello"}]
+    base = lm.sample(msgs, max_tokens=5)[0].token_ids
+    plan = lm.for_role("plan")
+    with torch.no_grad():
+        for name, p in lm.hf_model.named_parameters():
+            if ".plan." in name and "lora_B" in name:
+                p.normal_(0, 0.5)
+    lm.backend.mark_updated("plan")
+    plan.save_adapter(tmp_path / "plan")
+    trained = plan.sample(msgs, max_tokens=5)[0].token_ids
+    assert trained != base
+    version = lm.backend.adapter_versions["plan"]
+    lm.backend.delete_adapter("plan")
+    assert not lm.backend.is_peft and lm.sample(msgs, max_tokens=5)[0].token_ids == base  # the plain model again
+    lm.for_role("plan")  # re-created as the identity: a fresh version, never one the prefix cache has seen
+    assert lm.backend.adapter_versions["plan"] > version and plan.sample(msgs, max_tokens=5)[0].token_ids == base
+    lm.backend.load_adapter("plan", tmp_path / "plan")
+    assert plan.sample(msgs, max_tokens=5)[0].token_ids == trained
+    with pytest.raises(ConfigError, match="No adapter named 'nope'"):
+        lm.backend.delete_adapter("nope")
