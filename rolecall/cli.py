@@ -6,6 +6,7 @@ Subcommands:
 * ``rolecall compile``: train a program's role adapters (SFT) and save the compiled program.
 * ``rolecall eval``: build a dataset, its closed corpus, a retriever, the local LM and a registered program, evaluate
   the program (:func:`rolecall.evaluation.evaluate`) and print the summary table.
+* ``rolecall serve``: serve the LM and LoRA adapters over an OpenAI-compatible HTTP API (see :mod:`rolecall.serve`).
 
 Example::
 
@@ -235,6 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_compile_parser(sub)
     _add_demo_parser(sub)
+    from rolecall.cli_serve import add_serve_parser
+
+    add_serve_parser(sub)
     return parser
 
 
