@@ -106,6 +106,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from rolecall.data.synthetic import synthetic_world
     from rolecall.lm.embedded import DEFAULT_LM
     from rolecall.lm.local import LocalLM
+    from rolecall.optimizers.core import distributed
     from rolecall.optimizers.sft import GOLD_BUILDERS
     from rolecall.programs.registry import build_program
 
@@ -164,12 +165,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
         trainset = _split_of(load_dataset(args.dataset, path), "train", args.dataset)
         corpus = list(build_corpus(args.dataset, path))
     trainset = trainset[: args.limit] if args.limit else trainset
+    # under `accelerate launch`: join the process group first, so each process loads the model onto its own GPU
+    distributed.setup()
     lm = LocalLM(args.model or DEFAULT_LM)
     if "top_k" not in options and "top_k" in option_names(get_program_class(args.program)):
         options["top_k"] = args.k
     program = build_program(args.program, _build_retriever("bm25", corpus, args.k), lm, **options)
     started = time.perf_counter()
     program.compile(optimizer=optimizers if len(optimizers) > 1 else optimizers[0], trainset=trainset)
+    if not distributed.is_main_process():  # the adapters are identical on every process: the main one saves
+        return 0
     program.save(args.out)
     minutes = (time.perf_counter() - started) / 60
     what = f"{len(trainset)} {args.dataset} questions"

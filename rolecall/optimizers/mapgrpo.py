@@ -263,9 +263,8 @@ class MAPGRPO(WeightOptimizer):
 
     def update(self, ctx: StepContext, samples: list[TrainingSample], trainer: Any) -> dict[str, float]:
         """``num_iterations`` passes of GRPO over the step's samples (one optimizer step each); nothing to train on
-        when every group was skipped."""
-        if not samples:
-            return {"train/samples": 0.0, "train/optimizer_steps": 0.0}
+        when every group was skipped (the trainer is still called: under several processes every process must call
+        it as often, and the main process's samples decide)."""
         results = [trainer.step(samples) for _ in range(self.mapgrpo_config.num_iterations)]
         merged = dict(results[-1])
         merged["train/optimizer_steps"] = sum(r.get("train/optimizer_steps", 0.0) for r in results)

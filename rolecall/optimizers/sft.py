@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from rolecall.data.types import Example
 from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match
+from rolecall.optimizers.core import distributed
 from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
 from rolecall.optimizers.core.config import LRSchedule, TrainerConfig
 from rolecall.optimizers.core.sample import TrainingSample
@@ -200,7 +201,7 @@ class SFT(WeightOptimizer):
         """Train ``student``'s adapters in place on ``trainset`` (rolecall ``Example`` s) and return it; with an
         ``output_dir``, also write ``sft_config.json`` and the loss curve ``loss.png``."""
         super().compile(student, trainset=trainset, valset=valset, **kw)
-        if self.sft_config.output_dir is not None:
+        if self.sft_config.output_dir is not None and distributed.is_main_process():
             out = Path(self.sft_config.output_dir)
             (out / "sft_config.json").write_text(json.dumps(asdict(self.sft_config), indent=2))
             if self.history:
@@ -282,7 +283,7 @@ class SFT(WeightOptimizer):
         return Path(self.sft_config.output_dir) / "samples.jsonl" if self.sft_config.output_dir else None
 
     def _save_samples(self) -> None:
-        if (path := self._samples_path()) is not None:
+        if (path := self._samples_path()) is not None and distributed.is_main_process():
             save_samples(path, self.samples)
 
     def _load_samples(self) -> dict[str, list[TrainingSample]]:

@@ -39,6 +39,7 @@ import dspy
 from tqdm.auto import tqdm
 
 from rolecall.errors import ConfigError
+from rolecall.optimizers.core import distributed
 from rolecall.optimizers.core.budget import Schedule, check_budget, next_stage, stage_progress
 from rolecall.optimizers.core.checkpoint import (
     load_checkpoint,
@@ -212,6 +213,7 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         clock, elapsed0 = self.clock(), state["elapsed_s"]
         while (name := next_stage(planned, state, cfg.schedule)) is not None:
             state["elapsed_s"] = elapsed0 + self.clock() - clock
+            state = distributed.broadcast_object(state)  # several processes: the main one's clock decides for all
             reason = check_budget(name, planned, state, cfg.time_budget_s, cfg.schedule)
             if reason is not None:
                 state["stopped"][name] = reason
@@ -248,7 +250,7 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         bar.close()
         self.stopped = dict(state["stopped"])
         self.stop_reason = "time_budget" if any("budget" in r for r in self.stopped.values()) else "completed"
-        if out is not None:
+        if out is not None and distributed.is_main_process():
             self._finish(out, backend, stages, state)
         return student
 

@@ -16,6 +16,10 @@ layout (``trainers.pt`` holding trainers and RNG states) still load.
 It is written into a hidden temporary directory beside the final one and renamed into place, so a run killed at any
 moment (SIGKILL included) leaves either the previous checkpoint or the new one, never half of one. Only the last
 ``keep`` checkpoints are kept.
+
+Under several processes (:mod:`rolecall.optimizers.core.distributed`; their adapters and optimizer states are
+identical) only the main process writes, after all of them reached the same step, and every process resumes from
+the same checkpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import numpy as np
 import torch
 
 from rolecall.errors import ConfigError
+from rolecall.optimizers.core.distributed import barrier, is_main_process
 
 __all__ = [
     "Checkpoint",
@@ -132,6 +137,10 @@ def save_checkpoint(
 ) -> Path:
     """Writes checkpoint ``step`` atomically (temporary directory, then rename) and prunes older ones.
 
+    Every process calls it; under several processes the main one writes once all of them got here (none is still
+    reading the checkpoint it resumed from, nor deleting the old ones of a fresh start), and the others only return
+    the path.
+
     Args:
         root: The directory holding the checkpoints.
         step: The global step count the checkpoint was taken after (names the directory).
@@ -154,9 +163,12 @@ def save_checkpoint(
     if keep < 1:
         raise ConfigError(f"keep must be >= 1 (the checkpoint just written); got {keep}.")
     root = Path(root)
+    final = root / f"{_PREFIX}{step:08d}"
+    barrier()
+    if not is_main_process():
+        return final
     root.mkdir(parents=True, exist_ok=True)
     previous = latest_checkpoint(root)
-    final = root / f"{_PREFIX}{step:08d}"
     tmp = root / f"{_TMP_PREFIX}{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

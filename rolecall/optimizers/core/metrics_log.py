@@ -1,4 +1,8 @@
-"""The ``metrics.jsonl`` of a training run: one flat JSON record per step, cut back to the checkpoint on resume."""
+"""The ``metrics.jsonl`` of a training run: one flat JSON record per step, cut back to the checkpoint on resume.
+
+Under several processes (:mod:`rolecall.optimizers.core.distributed`) only the main process writes the file; every
+process can read it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from rolecall.optimizers.core.distributed import is_main_process
 
 __all__ = ["MetricsLog"]
 
@@ -25,7 +31,9 @@ class MetricsLog:
         self.path = Path(path)
 
     def append(self, record: Mapping[str, Any]) -> None:
-        """Writes one record as one line."""
+        """Writes one record as one line (the main process only)."""
+        if not is_main_process():
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(dict(record)) + "\n")
@@ -44,8 +52,8 @@ class MetricsLog:
 
     def truncate(self, global_step: int) -> None:
         """Keeps the records up to ``global_step`` (a run killed between its metrics line and its checkpoint wrote a
-        line the resumed run writes again); rewritten atomically."""
-        if not self.path.is_file():
+        line the resumed run writes again); rewritten atomically, by the main process only."""
+        if not is_main_process() or not self.path.is_file():
             return
         kept = [r for r in self.read() if r.get("global_step", 0) <= global_step]
         tmp = self.path.with_suffix(".jsonl.tmp")
@@ -53,5 +61,7 @@ class MetricsLog:
         tmp.replace(self.path)
 
     def clear(self) -> None:
-        """Deletes the file (a fresh run)."""
+        """Deletes the file (a fresh run; the main process only)."""
+        if not is_main_process():
+            return
         self.path.unlink(missing_ok=True)

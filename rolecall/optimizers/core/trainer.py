@@ -7,6 +7,24 @@ loss normalized over the whole step (token-mean losses divide by the step's targ
 ``num_items_in_batch`` does; per-sequence losses weigh each micro-batch by its share of the samples), clips the global
 gradient norm and steps. The reference policy (DPO, the GRPO KL) is the base model with adapters disabled, or
 ``config.ref_adapter``. The updated adapter serves generation at once: every role view shares the model object.
+
+Data-parallel updates. Under a multi-process launch (``accelerate launch --multi_gpu --num_processes W``; see
+:mod:`rolecall.optimizers.core.distributed`) every process holds the whole model and runs the same loop:
+
+1. the trainer starts from the main process's adapter weights (broadcast once, as DDP does), and each ``step``
+   trains on the main process's samples (broadcast: the processes may have sampled different rollouts);
+2. each optimizer step's samples are sorted as in one process and cut into W contiguous shards; process r computes
+   the losses of shard r with the normalizer of the WHOLE step (its target tokens ``step_tokens``, and the share
+   ``len(micro) / len(samples)`` of a per-sequence loss), so the sum of the W shard gradients is the one-process
+   gradient: ``g = sum_r g_r``;
+3. the adapter's gradients are summed over the processes (all-reduce; a process with an empty shard adds zeros),
+   then every process clips the same global norm and takes the same AdamW step, so weights and optimizer states stay
+   identical everywhere; the metrics are summed the same way and describe the step, not the shard.
+
+``config.samples_per_step`` stays the size of the whole step, so a process gets about ``samples_per_step / W``
+samples: to keep W processes busy, raise ``gradient_accumulation_steps`` (W = 8, ``micro_batch_size=2``:
+``gradient_accumulation_steps=8`` gives each process one micro-batch of 2). With one process nothing is communicated
+and the step is exactly the one-process step.
 """
 
 from __future__ import annotations
@@ -19,6 +37,7 @@ from typing import Any
 import torch
 
 from rolecall.errors import ConfigError
+from rolecall.optimizers.core import distributed
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.logprobs import (
     per_token_logps,
@@ -33,6 +52,9 @@ __all__ = ["AdapterTrainer", "TrainerConfig"]
 
 logger = logging.getLogger(__name__)
 
+_BACKWARD_LOSS = "_backward_loss"
+"""The key this process's summed backward loss travels under when the step's metrics are summed over processes."""
+
 
 class AdapterTrainer:
     """Updates one LoRA adapter of a shared :class:`~rolecall.lm.backend.ModelBackend` with AdamW.
@@ -43,7 +65,7 @@ class AdapterTrainer:
         config: Optimizer, batching, clipping and loss settings.
 
     Raises:
-        ConfigError: If the adapter has no LoRA parameters.
+        ConfigError: If the adapter has no LoRA parameters, or several processes share one GPU.
     """
 
     def __init__(self, lm_view_or_backend: Any, adapter: str, config: TrainerConfig) -> None:
@@ -66,6 +88,10 @@ class AdapterTrainer:
             weight_decay=config.weight_decay,
         )
         self.steps = 0
+        self.world_size = distributed.setup()
+        if self.world_size > 1:
+            self._check_device()
+            distributed.broadcast_parameters(self.params)  # every process starts from the main process's adapter
 
     def set_progress(self, progress: float) -> float:
         """Sets the learning rate for ``progress`` in [0, 1] through the stage (``config.lr_schedule``); returns it.
@@ -104,9 +130,14 @@ class AdapterTrainer:
             (fraction of steps clipped), ``lr``; summed: ``tokens/loss`` (target tokens), ``tokens/total`` (real
             prompt + completion tokens), ``train/samples``, ``train/optimizer_steps``, ``train/skipped_steps``.
 
+        Under several processes every process must call it (as often, in the same order); the main process's
+        ``samples`` are the step's on all of them.
+
         Raises:
             ValueError: If a sample belongs to another adapter or lacks what the loss needs.
         """
+        if self.world_size > 1:
+            samples = distributed.broadcast_object(list(samples))
         samples = [s for s in samples if s.completion_ids]
         for s in samples:
             self._check(s)
@@ -144,8 +175,10 @@ class AdapterTrainer:
             samples = sorted(samples, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.completion_ids)))
         else:
             samples = sorted(samples, key=lambda s: s.num_tokens)
-        for start in range(0, len(samples), mb):
-            micro = samples[start : start + mb]
+        # several processes: each takes a contiguous shard, normalized over the whole step (see the module docstring)
+        mine = samples if self.world_size == 1 else distributed.shard(samples, distributed.rank(), self.world_size)
+        for start in range(0, len(mine), mb):
+            micro = mine[start : start + mb]
             loss, metrics = self._micro_batch_loss(model, micro, device, step_tokens)
             share = len(micro) / len(samples)
             if not self.token_normalized:
@@ -156,6 +189,10 @@ class AdapterTrainer:
                 # token-normalized loss terms already add up to the step's loss; diagnostics are means: weigh them
                 additive = key.startswith("tokens/") or (self.token_normalized and key.startswith("loss/"))
                 sums[key] = sums.get(key, 0.0) + (value if additive else value * share)
+        if self.world_size > 1:  # g = sum_r g_r; the step's metrics are the sums of the shards' weighted sums too
+            distributed.all_reduce_gradients(self.params)
+            sums = distributed.sum_over_processes({**sums, _BACKWARD_LOSS: total_loss})
+            total_loss = sums.pop(_BACKWARD_LOSS)
         max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
         skipped = not math.isfinite(grad_norm)
@@ -242,6 +279,15 @@ class AdapterTrainer:
             return _aligned(rows, recorded, torch.zeros(ids.shape, device=ids.device), mask, completions=completions)
         return reference_per_token_logps(model, ids, attention, mask, adapter=self.config.ref_adapter,
                                          temperature=self.config.temperature)  # fmt: skip
+
+    def _check_device(self) -> None:
+        device = next(self.backend.model.parameters()).device
+        if device.type == "cuda" and device.index not in (None, torch.cuda.current_device()):
+            raise ConfigError(
+                f"Process {distributed.rank()} holds its model on {device}, not on its own GPU "
+                f"cuda:{torch.cuda.current_device()}; call rolecall.optimizers.core.distributed.setup() before "
+                "loading the model (LocalLM) so that each process loads it onto its own GPU."
+            )
 
     def _check(self, sample: TrainingSample) -> None:
         if sample.adapter != self.adapter:
