@@ -23,6 +23,8 @@ _SUBMODULES = {
 }
 _ATTRS = {
     "LocalLM": ("rolecall.lm", "LocalLM"),
+    "ServedLM": ("rolecall.lm.served", "ServedLM"),
+    "VLLMLM": ("rolecall.lm.vllm", "VLLMLM"),
     "evaluate": ("rolecall.evaluation", "evaluate"),
     "Example": ("rolecall.data", "Example"),
     "Passage": ("rolecall.retrievers", "Passage"),

@@ -17,7 +17,8 @@ one step does. The contract:
   ``ctx.rng`` or the global RNGs; all of them are checkpointed.
 
 The base writes ``<output_dir>/metrics.jsonl`` (one flat line per step, with ``time/collect``, ``time/generate``,
-``time/execute``, ``time/score``, ``time/update`` and ``time/step`` in seconds), an atomic checkpoint after every step
+``time/execute``, ``time/score``, ``time/update`` and ``time/step`` in seconds; with rollouts on a server, its
+counters so far: ``served/requests``, ``served/retries``, ``served/pushes``, ...), an atomic checkpoint after every step
 (:mod:`rolecall.optimizers.core.checkpoint`), ``summary.json`` (steps done and why training stopped) and the final
 adapters under ``adapters/<name>/``. ``resume=True`` continues from the last checkpoint, after a SIGKILL too.
 """
@@ -141,6 +142,7 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         super().__init__()
         self.config = config or WeightOptimizerConfig()
         self.history: list[dict[str, Any]] = []
+        self._transport: Any = None  # the student LM's transport_metrics(), when its rollouts go to a server
         self.stop_reason: str | None = None
         self.stopped: dict[str, str] = {}
 
@@ -199,6 +201,7 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         by_name = {s.name: s for s in stages}
         planned = {s.name: s.steps for s in stages}
         backend = self.backend(student)
+        self._transport = getattr(getattr(student, "lm", None), "transport_metrics", None)
         for stage in stages:
             backend.ensure_adapter(stage.adapter)
         out = Path(cfg.output_dir) if cfg.output_dir is not None else None
@@ -286,6 +289,8 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
             previous = times[phase]
         record["time/step"] = previous - t0
         record.update({k: float(v) for k, v in metrics.items()})
+        if self._transport is not None:  # served / vLLM rollouts: requests, retries, adapter pushes so far
+            record.update(self._transport())
         return record
 
     # ------------------------------------------------------------------ state, logging, output

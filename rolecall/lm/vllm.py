@@ -1,0 +1,177 @@
+"""``VLLMLM``: rollouts on an offline vLLM engine with one ``LoRARequest`` per role, training kept local (GPUs).
+
+``vllm.LLM(model, enable_lora=True, max_loras=...)`` generates; a local :class:`~rolecall.lm.backend.ModelBackend`
+on the same GPU holds the base model for the trainer. The engine takes the place of the continuous batcher behind
+the backend: requests from many threads are gathered by a :class:`~rolecall.lm.batching.RequestBatcher` and run as
+one ``LLM.generate`` call, each with its role's ``LoRARequest`` and the request's own sampling settings (n, temperature,
+top-p, budget, stop strings, seed, log-probs). So :class:`VLLMLM` is a :class:`~rolecall.lm.local.LocalLM`: DSPy
+calls, :meth:`~rolecall.lm.local.LocalLM.sample` and every optimizer run unchanged. After each optimizer step the
+stepped adapter is written to a fresh folder and the next request names it with a new ``lora_int_id`` (vLLM caches
+adapters by that id), so rollouts use the last step's weights.
+
+Needs ``pip install 'rolecall[gpu]'`` (vLLM) and a CUDA GPU; ``benchmarks/bench_vllm.py`` compares its rollout
+throughput with ``LocalLM`` on the same prompts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rolecall.errors import ConfigError
+from rolecall.lm.adapter_sync import AdapterPublisher
+from rolecall.lm.batching import RequestBatcher
+from rolecall.lm.embedded import DEFAULT_LM, resolve_model_path
+from rolecall.lm.generation import Completion, GenerationRequest
+from rolecall.lm.local import LocalLM
+
+__all__ = ["VLLMLM", "sampling_kwargs"]
+
+logger = logging.getLogger(__name__)
+
+
+def sampling_kwargs(request: GenerationRequest) -> dict[str, Any]:
+    """The ``vllm.SamplingParams`` keyword arguments of one generation request.
+
+    Greedy is temperature 0; stop strings are cut from the text as :class:`~rolecall.lm.local.LocalLM` does;
+    ``logprobs=0`` asks vLLM for the sampled token's log-probability only.
+
+    Example:
+        >>> sampling_kwargs(GenerationRequest(prompt_ids=[1], n=4, temperature=1.0, max_tokens=32, seed=7))["n"]
+        4
+    """
+    kwargs: dict[str, Any] = {
+        "n": int(request.n),
+        "temperature": float(request.temperature),
+        "top_p": float(request.top_p) if request.temperature > 0 else 1.0,
+        "max_tokens": int(request.max_tokens),
+        "stop": list(request.stop),
+        "include_stop_str_in_output": False,
+        "skip_special_tokens": True,
+    }
+    if request.seed is not None:
+        kwargs["seed"] = int(request.seed)
+    if request.logprobs:
+        kwargs["logprobs"] = 0
+    return kwargs
+
+
+class _VLLMRunner:
+    """Runs batches of :class:`GenerationRequest` on a ``vllm.LLM``, with the current LoRA of each adapter."""
+
+    def __init__(self, llm: Any, tokenizer: Any) -> None:
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.loras: dict[str, Any] = {}  # adapter -> LoRARequest of its newest published weights
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def publish(self, name: str, path: Path) -> None:
+        """Serve adapter ``name`` from ``path`` from the next batch on (a new id, so vLLM reloads it)."""
+        from vllm.lora.request import LoRARequest
+
+        with self._lock:
+            self.loras[name] = LoRARequest(name, next(self._ids), str(path))
+
+    def run_batch(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        from vllm import SamplingParams, TokensPrompt
+
+        with self._lock:
+            loras = [self.loras.get(r.adapter) if r.adapter else None for r in requests]
+        for r, lora in zip(requests, loras, strict=True):
+            if r.adapter and lora is None:
+                raise ConfigError(f"adapter {r.adapter!r} was never published to vLLM; create it with lm.for_role()")
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests],
+            [SamplingParams(**sampling_kwargs(r)) for r in requests],
+            lora_request=loras,
+            use_tqdm=False,
+        )
+        return [
+            [self._completion(o, len(r.prompt_ids), r.logprobs) for o in out.outputs]
+            for r, out in zip(requests, outputs, strict=True)
+        ]
+
+    def _completion(self, out: Any, prompt_tokens: int, want_logprobs: bool) -> Completion:
+        ids = list(out.token_ids)
+        logps = None
+        if want_logprobs and out.logprobs is not None:
+            logps = [float(step[tok].logprob) for tok, step in zip(ids, out.logprobs, strict=True)]
+        return Completion(
+            text=out.text,
+            token_ids=ids,
+            finish_reason="length" if out.finish_reason == "length" else "stop",
+            logprobs=logps,
+            prompt_tokens=prompt_tokens,
+            tokens=self.tokenizer.convert_ids_to_tokens(ids) if want_logprobs else [],
+        )
+
+
+class VLLMLM(LocalLM):
+    """A :class:`~rolecall.lm.local.LocalLM` whose generation runs on offline vLLM with one LoRA per role.
+
+    Args:
+        model: the base model (a local directory or the embedded default); vLLM and the trainer load the same one.
+        max_loras: adapters vLLM keeps on the GPU at once (the roles of a program, plus reference copies).
+        max_lora_rank: the largest LoRA rank served (the trainer's ``r``; rolecall's default is 8).
+        gpu_memory_utilization: vLLM's share of the GPU; the rest holds the trainer's copy and its activations.
+        sync_dir: where stepped adapters are written for vLLM (a temporary folder by default).
+        max_batch_rows: most sample rows gathered into one ``LLM.generate`` call.
+        max_wait_ms: how long the batcher waits to fill a batch.
+        llm_kwargs: any other ``vllm.LLM`` argument (``tensor_parallel_size``, ``max_model_len``, ...).
+        temperature, max_tokens, dtype, lora_config: as :class:`~rolecall.lm.local.LocalLM`.
+
+    Raises:
+        ImportError: Without vLLM (``pip install 'rolecall[gpu]'``).
+        ConfigError: Without a CUDA GPU.
+    """
+
+    def __init__(
+        self,
+        model: Any = DEFAULT_LM,
+        *,
+        max_loras: int = 8,
+        max_lora_rank: int = 8,
+        gpu_memory_utilization: float = 0.5,
+        sync_dir: str | Path | None = None,
+        max_batch_rows: int = 256,
+        max_wait_ms: float = 15.0,
+        temperature: float = 0.0,
+        max_tokens: int = 256,
+        dtype: Any = "auto",
+        lora_config: Any = None,
+        llm_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        try:
+            import vllm
+        except ImportError as exc:
+            raise ImportError("VLLMLM needs vLLM: pip install 'rolecall[gpu]' (on a machine with a CUDA GPU)") from exc
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("VLLMLM needs a CUDA GPU; on a CPU use LocalLM, or ServedLM against a GPU server")
+        super().__init__(model, temperature=temperature, max_tokens=max_tokens, cache=False, device="cuda",
+                         dtype=dtype, lora_config=lora_config, **kwargs)  # fmt: skip
+        backend = self.backend
+        path = resolve_model_path(model) if isinstance(model, (str, Path)) else backend.name
+        self.llm = vllm.LLM(
+            model=str(path), enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank,
+            gpu_memory_utilization=gpu_memory_utilization, dtype=str(backend.model.dtype).removeprefix("torch."),
+            **(llm_kwargs or {}),
+        )  # fmt: skip
+        self.runner = _VLLMRunner(self.llm, backend.tokenizer)
+        backend.batcher.close()  # the engine replaces the transformers batcher; training steps run on its thread
+        backend.batcher = RequestBatcher(self.runner.run_batch, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms)
+        self.publisher = AdapterPublisher(backend, self.runner.publish, sync_dir=sync_dir)
+        for name in backend.adapters:
+            self.publisher.push(name)
+        self.model = f"vllm/{Path(str(path)).name}"
+
+    def transport_metrics(self) -> dict[str, float]:
+        """Adapter publishing counters: ``vllm/pushes``, ``vllm/push_failures``, ``vllm/push_s``."""
+        return {f"vllm/{k}": float(v) for k, v in self.publisher.stats.items()}
