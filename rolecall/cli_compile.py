@@ -94,6 +94,10 @@ def add_compile_parser(sub: Any) -> None:
     p.add_argument("--k", type=int, default=5, help="the program's top_k and the retriever's default k (default: 5)")
     p.add_argument("--threads", type=int, default=8, help="questions collected concurrently (default: 8)")
     p.add_argument("--model", default=None, help="LM name or local path (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--served-url", default=None, metavar="URL",
+                   help="generate rollouts on this OpenAI-compatible server (rolecall serve, vllm serve "
+                   "--enable-lora) serving the same --model; training stays local, each step's adapter is loaded "
+                   "into the server")  # fmt: skip
     p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="a program option")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the compiled program is saved")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -167,7 +171,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     trainset = trainset[: args.limit] if args.limit else trainset
     # under `accelerate launch`: join the process group first, so each process loads the model onto its own GPU
     distributed.setup()
-    lm = LocalLM(args.model or DEFAULT_LM)
+    if args.served_url:
+        from rolecall.lm.served import ServedLM
+
+        lm = ServedLM(args.served_url, args.model or DEFAULT_LM)
+    else:
+        lm = LocalLM(args.model or DEFAULT_LM)
     if "top_k" not in options and "top_k" in option_names(get_program_class(args.program)):
         options["top_k"] = args.k
     program = build_program(args.program, _build_retriever("bm25", corpus, args.k), lm, **options)
