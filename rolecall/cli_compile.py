@@ -12,13 +12,14 @@ from rolecall.cli import DEFAULT_DATA_PATHS, _add_common, _build_retriever, _exi
 from rolecall.errors import ConfigError
 from rolecall.programs.registry import get_program_class, option_names, parse_program_options, program_names
 
-__all__ = ["APPLIES_TO", "OPTIMIZERS", "add_compile_parser", "cmd_compile", "sft_from_args"]
+__all__ = ["APPLIES_TO", "OPTIMIZERS", "add_compile_parser", "cmd_compile", "sft_from_args", "splanrl_from_args"]
 
 APPLIES_TO: dict[str, tuple[str, ...]] = {
     "mapgrpo": ("opera",),
-    "grpo": ("opera",),
+    "grpo": ("opera", "search_r1"),
     "stride_ft": ("stride",),
     "multitask_sft": ("reap",),
+    "splanrl": ("d2plan",),
 }
 """The optimizers written for one paper's program, and the programs each applies to (``sft`` applies to every
 program with gold-path targets)."""
@@ -36,9 +37,10 @@ def add_compile_parser(sub: Any) -> None:
         "a weight optimizer, and save it (options, adapters, demo policy) to OUT, where `rolecall eval --load OUT`\n"
         "evaluates it. SFT trains each adapter on the program's own prompts along the gold path, demo-free.\n"
         "A comma-separated --optimizer is a chain: `sft,mapgrpo` warms OPERA's roles up with SFT, then runs MAPGRPO\n"
-        "(`sft,grpo`: single-stage GRPO over all roles at once) within --rl-minutes. `stride_ft` tunes STRIDE from\n"
-        "its own runs (Meta-Planner DPO, Supervisor / Extractor / Reasoner SFT; `sft,stride_ft` after a warm start);\n"
-        "`multitask_sft` trains one adapter on REAP's merged Decomposer and Re-Planner data.\n\n"
+        "(`sft,grpo`: single-stage GRPO over all roles at once) within --rl-minutes; `grpo` on search_r1 trains its\n"
+        "agent with Search-R1's plain GRPO (EM minus a format penalty, G rollouts per question). `stride_ft` tunes\n"
+        "STRIDE from its own runs (Meta-Planner DPO, Supervisor / Extractor / Reasoner SFT; `sft,stride_ft` after a\n"
+        "warm start); `multitask_sft` trains one adapter on REAP's merged Decomposer and Re-Planner data.\n\n"
         "Writes OUT/program.json, OUT/adapters/<adapter>/, OUT/metrics.jsonl, OUT/loss.png (a chain: OUT/sft/...,\n"
         "OUT/mapgrpo/metrics.jsonl and OUT/rewards.png).",
         epilog="examples:\n"
@@ -56,7 +58,8 @@ def add_compile_parser(sub: Any) -> None:
         "--optimizer",
         default="sft",
         metavar="NAME[,NAME]",
-        help="the weight optimizer, or a chain of them: sft, sft,mapgrpo, sft,grpo, mapgrpo (opera), stride_ft, "
+        help="the weight optimizer, or a chain of them: sft, sft,mapgrpo, sft,grpo, mapgrpo (opera), grpo "
+        "(opera, search_r1), stride_ft, "
         "sft,stride_ft (stride), multitask_sft (reap) (default: %(default)s)",
     )
     p.add_argument("--rl-minutes", type=float, default=15.0, help="MAPGRPO / GRPO wall-clock budget (default: 15)")
@@ -125,7 +128,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if len(rl) > 1:
         raise ConfigError(f"--optimizer {args.optimizer}: pick one of {', '.join(APPLIES_TO)} (after sft)")
     if rl and args.program not in APPLIES_TO[rl[0]]:
-        raise ConfigError(f"--optimizer {rl[0]} applies to {' and '.join(APPLIES_TO[rl[0]])}, not {args.program!r}")
+        raise ConfigError(f"--optimizer {rl[0]} applies to {', '.join(APPLIES_TO[rl[0]])}, not {args.program!r}")
     if rl == ["multitask_sft"] and chain != rl:
         raise ConfigError("--optimizer multitask_sft is itself SFT (REAP's merged planning tasks): give it alone")
     if "sft" in chain and get_program_class(args.program) not in GOLD_BUILDERS:
@@ -141,7 +144,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if "sft" in chain:
         optimizers.append(sft_from_args(args, args.out / "sft" if rl else args.out, resume=args.resume,
                                         show_progress=not args.no_progress))  # fmt: skip
-    if rl in (["mapgrpo"], ["grpo"]):
+    if rl == ["grpo"] and args.program == "search_r1":  # Search-R1's agent with plain GRPO over whole rollouts
+        from rolecall.optimizers import SearchR1GRPO
+
+        optimizers.append(SearchR1GRPO(group_size=args.group_size, time_budget_s=args.rl_minutes * 60,
+                                       output_dir=args.out / "grpo", resume=args.resume, num_threads=args.threads,
+                                       seed=args.seed, show_progress=not args.no_progress))  # fmt: skip
+    elif rl in (["mapgrpo"], ["grpo"]):
         from rolecall.optimizers import MAPGRPO, JointGRPO, MAPGRPOConfig
 
         config = MAPGRPOConfig(group_size=args.group_size, time_budget_s=args.rl_minutes * 60,
@@ -159,6 +168,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
         optimizers.append(sft_from_args(args, args.out, resume=args.resume, show_progress=not args.no_progress,
                                         cls=MultiTaskSFT))  # fmt: skip
+    elif rl == ["splanrl"]:
+        optimizers.append(splanrl_from_args(args, cold_start="none" if "sft" in chain else "self"))
     if args.dataset == "synthetic":
         world = synthetic_world(seed=args.seed)
         trainset, corpus = list(world.train), list(world.corpus)
@@ -196,6 +207,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"saved: {args.out} (evaluate with: rolecall eval --load {args.out})")
     if "sft" in chain or rl == ["multitask_sft"]:
         print(f"loss curve: {(args.out / 'sft' if rl and 'sft' in chain else args.out) / 'loss.png'}")
+    if rl == ["splanrl"]:
+        from rolecall.demo import plot_training_curve
+
+        if "sft" not in chain:
+            print(f"cold start loss curve: {args.out / 'splanrl' / 'cold_start' / 'loss.png'}")
+        if plot_training_curve(args.out / "splanrl" / "metrics.jsonl", args.out / "rewards.png"):
+            print(f"reward curves: {args.out / 'rewards.png'}")
     if rl == ["stride_ft"]:
         print(f"selected samples: {optimizers[-1].selection} ({args.out / 'stride_ft' / 'selection.json'})")
     if rl in (["mapgrpo"], ["grpo"]):
@@ -231,4 +249,36 @@ def sft_from_args(
         num_threads=args.threads,
         output_dir=str(output_dir),
         show_progress=show_progress,
+    )
+
+
+def splanrl_from_args(args: argparse.Namespace, *, cold_start: str) -> Any:
+    """D2Plan's SPlanRL from ``rolecall compile``'s flags, checked before any model loads: GRPO on the Reasoner with
+    G = ``--group-size`` rollouts within ``--rl-minutes``, written to OUT/splanrl. ``cold_start="self"`` (``--optimizer
+    splanrl``) runs the paper's cold start first (SFT on the program's own runs with an exactly right answer and a
+    search; ``--epochs``, ``--max-steps N``, ``--learning-rate``, ``--budget-minutes``, to OUT/splanrl/cold_start);
+    after ``sft,`` the chain's gold-path SFT is the cold start (``cold_start="none"``).
+
+    Raises:
+        ConfigError: a flag's value is invalid (the message names it).
+    """
+    from rolecall.optimizers.sft import parse_max_steps
+    from rolecall.optimizers.splanrl import SPlanRL
+
+    max_steps = parse_max_steps(args.max_steps) if cold_start != "none" else None
+    if isinstance(max_steps, dict):
+        raise ConfigError(f"--optimizer splanrl's cold start takes --max-steps N (one cap); got {args.max_steps!r}")
+    return SPlanRL(
+        group_size=args.group_size,
+        time_budget_minutes=args.rl_minutes,
+        cold_start=cold_start,
+        cold_start_epochs=args.epochs,
+        cold_start_max_steps=max_steps,
+        cold_start_learning_rate=args.learning_rate,
+        cold_start_minutes=args.budget_minutes,
+        num_threads=args.threads,
+        seed=args.seed,
+        output_dir=str(args.out / "splanrl"),
+        resume=args.resume,
+        show_progress=not args.no_progress,
     )

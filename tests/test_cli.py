@@ -326,11 +326,13 @@ def test_compile_stride_ft_that_selects_nothing_says_what_to_do(tmp_path, tiny_m
     "optimizer, program, message",
     [
         ("mapgrpo,sft", "opera", "sft is the warm start, so it comes first"),
-        ("sft,mapgrpo,grpo", "opera", "pick one of mapgrpo, grpo, stride_ft, multitask_sft (after sft)"),
+        ("sft,mapgrpo,grpo", "opera", "pick one of mapgrpo, grpo, stride_ft, multitask_sft, splanrl (after sft)"),
         ("sft,mapgrpo", "reap", "--optimizer mapgrpo applies to opera, not 'reap'"),
         ("stride_ft", "opera", "--optimizer stride_ft applies to stride, not 'opera'"),
         ("multitask_sft", "stride", "--optimizer multitask_sft applies to reap, not 'stride'"),
         ("sft,multitask_sft", "reap", "multitask_sft is itself SFT"),
+        ("splanrl", "opera", "--optimizer splanrl applies to d2plan, not 'opera'"),
+        ("sft,splanrl", "stride", "--optimizer splanrl applies to d2plan, not 'stride'"),
         ("dpo", "opera", "--optimizer takes sft, mapgrpo, grpo, stride_ft, multitask_sft"),
     ],
 )
@@ -386,3 +388,84 @@ def test_compile_on_a_real_dataset_trains_on_its_train_side(tmp_path, tiny_model
     assert {s["role"] for s in samples} >= {"plan", "analysis"} and (saved / "program.json").is_file()
     plans = [smollm_tokenizer.decode(s["prompt_ids"]) for s in samples if s["role"] == "plan"]
     assert len(plans) == 2 and all(e.question in p for e, p in zip(train[:2], plans, strict=True))
+
+
+def test_compile_splanrl_builds_d2plans_optimizer_from_the_flags():
+    """`--optimizer splanrl` alone: the paper's filtered self cold start, then GRPO; after `sft,` the chain's SFT is
+    the cold start. Built from the flags before any model loads."""
+    from rolecall.cli_compile import splanrl_from_args
+    from rolecall.optimizers import SPlanRL
+    from rolecall.optimizers.splanrl import cold_start_metric
+
+    argv = ["compile", "--program", "d2plan", "--optimizer", "splanrl", "--group-size", "5", "--rl-minutes", "3",
+            "--epochs", "1", "--max-steps", "7", "--seed", "2", "--out", "runs/x"]  # fmt: skip
+    args = build_parser().parse_args(argv)
+    optimizer = splanrl_from_args(args, cold_start="self")
+    cfg = optimizer.splanrl_config
+    assert isinstance(optimizer, SPlanRL) and cfg.group_size == 5 and cfg.time_budget_minutes == 3
+    assert (cfg.cold_start, cfg.cold_start_epochs, cfg.cold_start_max_steps, cfg.seed) == ("self", 1.0, 7, 2)
+    assert cfg.output_dir == str(Path("runs/x") / "splanrl") and optimizer.config.time_budget_s == 180
+    cold = optimizer.cold_start_optimizer()
+    assert cold.metric is cold_start_metric and cold.sft_config.output_dir == str(Path("runs/x/splanrl/cold_start"))
+    assert splanrl_from_args(args, cold_start="none").cold_start_optimizer() is None
+
+
+def test_compile_chains_sft_and_splanrl_on_a_tiny_model(tmp_path, tiny_model, smollm_tokenizer, capsys):
+    """`--program d2plan --optimizer sft,splanrl`: gold-path SFT writes OUT/sft/, then SPlanRL (its budget spent
+    after one step) writes OUT/splanrl/metrics.jsonl with the SPlanRL reward terms."""
+    model_dir, saved = tmp_path / "tiny", tmp_path / "d2plan-splanrl"
+    tiny_model.save_pretrained(model_dir)
+    smollm_tokenizer.save_pretrained(model_dir)
+    argv = ["compile", "--program", "d2plan", "--optimizer", "sft,splanrl", "--limit", "2", "--max-steps", "1",
+            "--rl-minutes", "0.01", "--group-size", "2", "--model", str(model_dir), "-o", "max_searches=1",
+            "-o", "max_sub_questions=2"]  # fmt: skip
+    assert main([*argv, "--out", str(saved), "--no-progress", "--threads", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "d2plan compiled with sft,splanrl on 2 synthetic questions" in printed
+    assert "splanrl optimizer steps per adapter: {'reasoner': 1}" in printed
+    assert (saved / "sft" / "loss.png").is_file() and (saved / "program.json").is_file()
+    (record,) = [json.loads(line) for line in (saved / "splanrl" / "metrics.jsonl").read_text().splitlines()]
+    assert record["stage"] == "reasoner" and "reward/plan" in record and "groups/skipped" in record
+
+
+@pytest.mark.parametrize(
+    "optimizer, program, message",
+    [
+        ("grpo", "reap", "--optimizer grpo applies to opera, search_r1, not 'reap'"),
+        ("sft,grpo", "stride", "--optimizer grpo applies to opera, search_r1, not 'stride'"),
+        ("sft,grpo", "search_r1", "--optimizer sft has gold-path targets for"),  # no gold path for Search-R1 yet
+    ],
+)
+def test_compile_grpo_names_the_programs_it_applies_to(monkeypatch, capsys, optimizer, program, message):
+    monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
+    assert main(["compile", "--program", program, "--optimizer", optimizer, "--out", "x"]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("program, expected", [("search_r1", "SearchR1GRPO"), ("opera", "JointGRPO")])
+def test_compile_grpo_builds_each_programs_own_optimizer(tmp_path, tiny_model, smollm_tokenizer, capsys, monkeypatch,
+                                                         program, expected):  # fmt: skip
+    """`--optimizer grpo` is Search-R1's plain GRPO on search_r1 and OPERA's JointGRPO on opera (their training runs
+    are tested with the optimizers; here compile only records what it was given)."""
+    import rolecall.optimizers as optimizers
+
+    built = []
+
+    def record(self, student, *, trainset, **_):
+        built.append((self, len(trainset)))
+        return student
+
+    monkeypatch.setattr(getattr(optimizers, expected), "compile", record)
+    model_dir, saved = tmp_path / "tiny", tmp_path / "out"
+    tiny_model.save_pretrained(model_dir)
+    smollm_tokenizer.save_pretrained(model_dir)
+    argv = ["compile", "--program", program, "--optimizer", "grpo", "--limit", "3", "--group-size", "3",
+            "--rl-minutes", "2", "--model", str(model_dir), "--out", str(saved), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    ((optimizer, questions),) = built
+    assert type(optimizer).__name__ == expected and questions == 3
+    assert optimizer.config.time_budget_s == 120 and optimizer.config.output_dir == str(saved / "grpo")
+    group_size = optimizer.grpo_config.group_size if program == "search_r1" else optimizer.mapgrpo_config.group_size
+    assert group_size == 3 and (saved / "program.json").is_file()
+    assert f"{program} compiled with grpo on 3 synthetic questions" in capsys.readouterr().out
