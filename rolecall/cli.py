@@ -235,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rolecall.cli_compile import add_compile_parser
 
     add_compile_parser(sub)
+    from rolecall.cli_index import add_index_parser
+
+    add_index_parser(sub)
     _add_demo_parser(sub)
     from rolecall.cli_serve import add_serve_parser
 
