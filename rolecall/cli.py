@@ -123,8 +123,16 @@ def _add_eval_parser(sub: Any) -> None:
     model.add_argument(
         "--retriever",
         default="bm25",
-        choices=("bm25", "dense"),
-        help="retriever over the corpus (default: %(default)s)",
+        choices=("bm25", "dense", "colbert"),
+        help="retriever over the corpus; colbert reads --index (default: %(default)s)",
+    )
+    model.add_argument(
+        "--index",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a ColBERT index saved by `rolecall index` (with --retriever colbert; without it an untrained ColBERT "
+        "indexes the corpus, which takes minutes)",
     )
     model.add_argument(
         "--k",
@@ -312,7 +320,18 @@ def _split_of(examples: list[Any], split: str, dataset: str) -> list[Any]:
     return train if split == "train" else test
 
 
-def _build_retriever(kind: str, corpus: list[Any], k: int) -> Any:
+def _build_retriever(kind: str, corpus: list[Any], k: int, index: Path | None = None) -> Any:
+    if kind == "colbert":
+        from rolecall.retrievers.colbert import ColBERTRetriever
+
+        if index is None:
+            logger.warning("--retriever colbert without --index: indexing the corpus with an untrained ColBERT")
+            return ColBERTRetriever(corpus, default_k=k)
+        if not index.is_dir():
+            raise ConfigError(f"--index {index} is not a directory; build one with: rolecall index --out {index}")
+        retriever = ColBERTRetriever.load(index)
+        retriever.default_k = k
+        return retriever
     if kind == "dense":
         from rolecall.retrievers.dense import DenseRetriever
 
@@ -343,7 +362,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     examples, corpus = _load_data(args)
     # A program class may declare `uses_retriever = False` (closed-book baselines): then no index is built.
     retriever = (
-        _build_retriever(args.retriever, corpus, args.k) if getattr(program_cls, "uses_retriever", True) else None
+        _build_retriever(args.retriever, corpus, args.k, args.index)
+        if getattr(program_cls, "uses_retriever", True)
+        else None
     )
     lm = LocalLM(args.model or DEFAULT_LM, temperature=args.temperature, max_tokens=args.max_tokens)
     if args.load is not None:

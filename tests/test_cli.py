@@ -326,7 +326,7 @@ def test_compile_stride_ft_that_selects_nothing_says_what_to_do(tmp_path, tiny_m
     "optimizer, program, message",
     [
         ("mapgrpo,sft", "opera", "sft is the warm start, so it comes first"),
-        ("sft,mapgrpo,grpo", "opera", "pick one of mapgrpo, grpo, stride_ft, multitask_sft, splanrl (after sft)"),
+        ("sft,mapgrpo,grpo", "opera", "pick one of mapgrpo, grpo, stride_ft, multitask_sft, splanrl, opd (after sft)"),
         ("sft,mapgrpo", "reap", "--optimizer mapgrpo applies to opera, not 'reap'"),
         ("stride_ft", "opera", "--optimizer stride_ft applies to stride, not 'opera'"),
         ("multitask_sft", "stride", "--optimizer multitask_sft applies to reap, not 'stride'"),
@@ -469,3 +469,42 @@ def test_compile_grpo_builds_each_programs_own_optimizer(tmp_path, tiny_model, s
     group_size = optimizer.grpo_config.group_size if program == "search_r1" else optimizer.mapgrpo_config.group_size
     assert group_size == 3 and (saved / "program.json").is_file()
     assert f"{program} compiled with grpo on 3 synthetic questions" in capsys.readouterr().out
+
+
+def test_compile_opd_builds_multiagent_opd_from_the_flags(monkeypatch):
+    """`--program hierarchical_team --optimizer opd`: MultiAgent-OPD with G = --group-size, each stage within
+    --rl-minutes and at most --max-steps steps, written to OUT/opd (Stage I to OUT/opd/teacher); no model loads."""
+    from rolecall.cli_compile import opd_from_args
+    from rolecall.optimizers import OPD
+
+    argv = ["compile", "--program", "hierarchical_team", "--optimizer", "opd", "--group-size", "5", "--rl-minutes",
+            "3", "--max-steps", "7", "--seed", "2", "--out", "runs/x"]  # fmt: skip
+    optimizer = opd_from_args(build_parser().parse_args(argv))
+    cfg = optimizer.opd_config
+    assert isinstance(optimizer, OPD) and cfg.group_size == 5 and (cfg.steps, cfg.teacher_steps) == (7, 7)
+    assert (cfg.time_budget_minutes, cfg.teacher_minutes, cfg.seed) == (3, 3, 2)
+    assert cfg.output_dir == str(Path("runs/x") / "opd") and optimizer.config.time_budget_s == 180
+    assert (cfg.beta, cfg.kl_coef, cfg.outcome_only, cfg.teacher_adapter) == (0.01, 1e-3, False, "opd_teacher")
+    built = []
+    monkeypatch.setattr("rolecall.cli_compile.opd_from_args", lambda args: built.append(args) or pytest.fail("built"))
+    monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
+    with pytest.raises(pytest.fail.Exception, match="built"):
+        main(argv)
+    assert len(built) == 1
+
+
+@pytest.mark.parametrize("program", ["opera", "cascaded_team"])
+def test_compile_opd_on_another_program_fails_at_once_naming_hierarchical_team(monkeypatch, capsys, program):
+    monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr("rolecall.cli_compile.opd_from_args", lambda args: pytest.fail("optimizer built"))
+    assert main(["compile", "--program", program, "--optimizer", "opd", "--out", "x"]) == 1
+    err = capsys.readouterr().err
+    assert f"--optimizer opd applies to hierarchical_team, not {program!r}" in err and "Traceback" not in err
+
+
+def test_eval_with_a_missing_colbert_index_says_how_to_build_one(tmp_path, capsys):
+    missing = tmp_path / "no-index"
+    code = main(["eval", "--program", "single_step_rag", "--retriever", "colbert", "--index", str(missing),
+                 "--limit", "1", "--out", str(tmp_path / "run")])  # fmt: skip
+    assert code == 1
+    assert f"rolecall index --out {missing}" in capsys.readouterr().err
