@@ -67,6 +67,22 @@ class Retriever(ABC):
     def retrieve_batch(self, queries: Sequence[str], k: int | None = None) -> list[list[Passage]]:
         """Top-``k`` passages for each query."""
 
+    def _resolve_k(self, k: int | None, corpus_size: int) -> int:
+        """``k`` (default :attr:`default_k`) clamped to the corpus size.
+
+        Raises:
+            ValueError: if ``k`` is smaller than 1.
+        """
+        k = self.default_k if k is None else k
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}.")
+        return min(k, corpus_size)
+
+    @staticmethod
+    def _live_queries(queries: Sequence[str]) -> list[int]:
+        """Positions of the queries with something to search for (non-empty, non-blank strings)."""
+        return [i for i, q in enumerate(queries) if isinstance(q, str) and q.strip()]
+
     @abstractmethod
     def save(self, path: str | Path) -> None:
         """Write the index and its corpus to directory ``path`` (no pickle)."""

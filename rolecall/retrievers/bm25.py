@@ -219,10 +219,7 @@ class BM25(Retriever):
         Raises:
             ValueError: if ``k`` is smaller than 1.
         """
-        k = self.default_k if k is None else k
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}.")
-        k = min(k, len(self.docs))
+        k = self._resolve_k(k, len(self.docs))
         results: list[list[Passage]] = [[] for _ in queries]
         tokens = self._tokenize([q if isinstance(q, str) else "" for q in queries])
         vocab = self._bm25.vocab_dict

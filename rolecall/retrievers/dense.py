@@ -222,12 +222,9 @@ class DenseRetriever(Retriever):
         Raises:
             ValueError: if ``k`` is smaller than 1.
         """
-        k = self.default_k if k is None else k
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}.")
-        k = min(k, len(self.docs))
+        k = self._resolve_k(k, len(self.docs))
         results: list[list[Passage]] = [[] for _ in queries]
-        live = [i for i, q in enumerate(queries) if isinstance(q, str) and q.strip()]
+        live = self._live_queries(queries)
         if not live:
             return results
         vectors = self._encode([queries[i] for i in live])  # (Q, d)
