@@ -264,10 +264,7 @@ class LocalLM(dspy.LM):
         Returns:
             ``n`` completions for one conversation, or a list of such lists for several.
         """
-        single = bool(messages) and isinstance(messages[0], dict)
-        conversations = [messages] if single else list(messages)
-        temp = self.kwargs.get("temperature", 0.0) if temperature is None else temperature
-        budget = max_tokens or self.kwargs.get("max_tokens") or 256
+        single, conversations, temp, budget = self._sampling_plan(messages, temperature, max_tokens)
         requests = [
             GenerationRequest(
                 prompt_ids=self.backend.encode_messages(conv),
@@ -285,6 +282,17 @@ class LocalLM(dspy.LM):
         ]
         results = self.backend.generate(requests)
         return results[0] if single else results
+
+    def _sampling_plan(
+        self, messages: Any, temperature: float | None, max_tokens: int | None
+    ) -> tuple[bool, list[Any], float, int]:
+        """``sample``'s arguments resolved: (one conversation given?, the conversations, temperature, token budget),
+        the last two defaulting to this LM's settings."""
+        single = bool(messages) and isinstance(messages[0], dict)
+        conversations = [messages] if single else list(messages)
+        temp = self.kwargs.get("temperature", 0.0) if temperature is None else temperature
+        budget = max_tokens or self.kwargs.get("max_tokens") or 256
+        return single, conversations, float(temp or 0.0), int(budget)
 
     # ------------------------------------------------------------------ adapters
     def for_role(self, name: str) -> LocalLM:

@@ -273,10 +273,7 @@ class ServedLM(LocalLM):
         """``n`` completions per conversation from the server, as :meth:`LocalLM.sample` (same arguments, same
         :class:`~rolecall.lm.generation.Completion` objects with the exact sampled token ids). Each conversation is
         one request whose ``n`` samples share the server's prefill; the conversations go concurrently."""
-        single = bool(messages) and isinstance(messages[0], dict)
-        conversations = [messages] if single else list(messages)
-        temp = self.kwargs.get("temperature", 0.0) if temperature is None else temperature
-        budget = int(max_tokens or self.kwargs.get("max_tokens") or 256)
+        single, conversations, temp, budget = self._sampling_plan(messages, temperature, max_tokens)
         model_name = self.adapter or self.served_model_name
         if self.adapter is not None:
             self.publisher.push(self.adapter)
@@ -284,7 +281,7 @@ class ServedLM(LocalLM):
 
         def one(i: int) -> list[Completion]:
             body = self.client.chat(chat_payload(
-                conversations[i], model=model_name, n=n, temperature=float(temp or 0.0), top_p=top_p,
+                conversations[i], model=model_name, n=n, temperature=temp, top_p=top_p,
                 max_tokens=budget, stop=stop, seed=None if seed is None else seed + 1000 * i, logprobs=True,
             ))  # fmt: skip
             completions = completions_from_chat(body, self.tokenizer, eos)
