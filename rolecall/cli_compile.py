@@ -12,7 +12,15 @@ from rolecall.cli import DEFAULT_DATA_PATHS, _add_common, _build_retriever, _exi
 from rolecall.errors import ConfigError
 from rolecall.programs.registry import get_program_class, option_names, parse_program_options, program_names
 
-__all__ = ["APPLIES_TO", "OPTIMIZERS", "add_compile_parser", "cmd_compile", "sft_from_args", "splanrl_from_args"]
+__all__ = [
+    "APPLIES_TO",
+    "OPTIMIZERS",
+    "add_compile_parser",
+    "cmd_compile",
+    "opd_from_args",
+    "sft_from_args",
+    "splanrl_from_args",
+]
 
 APPLIES_TO: dict[str, tuple[str, ...]] = {
     "mapgrpo": ("opera",),
@@ -20,6 +28,7 @@ APPLIES_TO: dict[str, tuple[str, ...]] = {
     "stride_ft": ("stride",),
     "multitask_sft": ("reap",),
     "splanrl": ("d2plan",),
+    "opd": ("hierarchical_team",),
 }
 """The optimizers written for one paper's program, and the programs each applies to (``sft`` applies to every
 program with gold-path targets)."""
@@ -40,7 +49,9 @@ def add_compile_parser(sub: Any) -> None:
         "(`sft,grpo`: single-stage GRPO over all roles at once) within --rl-minutes; `grpo` on search_r1 trains its\n"
         "agent with Search-R1's plain GRPO (EM minus a format penalty, G rollouts per question). `stride_ft` tunes\n"
         "STRIDE from its own runs (Meta-Planner DPO, Supervisor / Extractor / Reasoner SFT; `sft,stride_ft` after a\n"
-        "warm start); `multitask_sft` trains one adapter on REAP's merged Decomposer and Re-Planner data.\n\n"
+        "warm start); `multitask_sft` trains one adapter on REAP's merged Decomposer and Re-Planner data; `opd`\n"
+        "trains hierarchical_team with MultiAgent-OPD (a cascaded Teacher with GRPO, then the team, its Searchers\n"
+        "distilled from the Teacher; each stage within --rl-minutes).\n\n"
         "Writes OUT/program.json, OUT/adapters/<adapter>/, OUT/metrics.jsonl, OUT/loss.png (a chain: OUT/sft/...,\n"
         "OUT/mapgrpo/metrics.jsonl and OUT/rewards.png).",
         epilog="examples:\n"
@@ -60,7 +71,7 @@ def add_compile_parser(sub: Any) -> None:
         metavar="NAME[,NAME]",
         help="the weight optimizer, or a chain of them: sft, sft,mapgrpo, sft,grpo, mapgrpo (opera), grpo "
         "(opera, search_r1), stride_ft, "
-        "sft,stride_ft (stride), multitask_sft (reap) (default: %(default)s)",
+        "sft,stride_ft (stride), multitask_sft (reap), opd (hierarchical_team) (default: %(default)s)",
     )
     p.add_argument("--rl-minutes", type=float, default=15.0, help="MAPGRPO / GRPO wall-clock budget (default: 15)")
     p.add_argument("--group-size", type=int, default=4, help="RL group size G, c_best included (default: 4)")
@@ -170,6 +181,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                                         cls=MultiTaskSFT))  # fmt: skip
     elif rl == ["splanrl"]:
         optimizers.append(splanrl_from_args(args, cold_start="none" if "sft" in chain else "self"))
+    elif rl == ["opd"]:
+        optimizers.append(opd_from_args(args))
     if args.dataset == "synthetic":
         world = synthetic_world(seed=args.seed)
         trainset, corpus = list(world.train), list(world.corpus)
@@ -281,4 +294,32 @@ def splanrl_from_args(args: argparse.Namespace, *, cold_start: str) -> Any:
         output_dir=str(args.out / "splanrl"),
         resume=args.resume,
         show_progress=not args.no_progress,
+    )
+
+
+def opd_from_args(args: argparse.Namespace) -> Any:
+    """MultiAgent-OPD from ``rolecall compile``'s flags, checked before any model loads: G = ``--group-size`` team
+    rollouts per question; Stage I (the cascaded Teacher, to OUT/opd/teacher) and Stage II (the team, to OUT/opd)
+    each within ``--rl-minutes`` and, with ``--max-steps N``, at most N steps.
+
+    Raises:
+        ConfigError: a flag's value is invalid (the message names it).
+    """
+    from rolecall.optimizers.opd import OPD
+    from rolecall.optimizers.sft import parse_max_steps
+
+    max_steps = parse_max_steps(args.max_steps)
+    if isinstance(max_steps, dict):
+        raise ConfigError(f"--optimizer opd takes --max-steps N (one cap per stage); got {args.max_steps!r}")
+    steps = {} if max_steps is None else {"steps": max_steps, "teacher_steps": max_steps}
+    return OPD(
+        group_size=args.group_size,
+        time_budget_minutes=args.rl_minutes,
+        teacher_minutes=args.rl_minutes,
+        num_threads=args.threads,
+        seed=args.seed,
+        output_dir=str(args.out / "opd"),
+        resume=args.resume,
+        show_progress=not args.no_progress,
+        **steps,
     )

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["mean_and_ci", "avg_at_k", "pass_at_k"]
+__all__ = ["mean_and_ci", "avg_at_k", "pass_at_k", "avg_pass_at_k"]
 
 logger = logging.getLogger(__name__)
 
@@ -162,3 +162,46 @@ def pass_at_k(scores_per_question: Sequence[Sequence[float]], *, threshold: floa
         0.6666666666666666
     """
     return float((_as_matrix(scores_per_question).max(axis=1) >= threshold).mean())
+
+
+def avg_pass_at_k(
+    scores_per_question: Sequence[Sequence[float]],
+    *,
+    threshold: float = 1.0,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> dict[str, float]:
+    """avg@k and pass@k with question-bootstrap intervals (MultiAgent-OPD's evaluation: k = 4 runs per question).
+
+    Each question contributes its mean over the k runs (avg@k) and 1[max_j s_qj >= threshold] (pass@k); both are
+    then averaged over questions with :func:`mean_and_ci`, so questions are the resampled unit. Naive equivalent:
+    ``mean_and_ci([mean(runs) for runs in s])`` and ``mean_and_ci([max(runs) >= threshold for runs in s])``.
+
+    Args:
+        scores_per_question: ``scores_per_question[q][j]``, the score of run j on question q (same k everywhere).
+        threshold: a run is correct when its score is >= threshold (1.0 for EM).
+        n_boot: bootstrap resamples.
+        alpha: 1 - confidence level (0.05: 95% intervals).
+        seed: seed of the resampling.
+
+    Returns:
+        ``{"avg@k": ..., "avg@k/lo", "avg@k/hi", "pass@k", "pass@k/lo", "pass@k/hi", "questions": Q, "k": k}`` with k
+        written as its number (``"avg@4"``).
+
+    Raises:
+        TypeError, ValueError: as :func:`avg_at_k` and :func:`mean_and_ci`.
+
+    Example:
+        >>> r = avg_pass_at_k([[1, 0, 1, 1], [0, 0, 0, 1], [0, 0, 0, 0]])
+        >>> round(r["avg@4"], 4), round(r["pass@4"], 4), r["questions"]  # (0.75 + 0.25 + 0) / 3; 2 of 3 pass
+        (0.3333, 0.6667, 3.0)
+    """
+    matrix = _as_matrix(scores_per_question)  # (Q, k)
+    k = matrix.shape[1]
+    out: dict[str, float] = {}
+    for name, per_question in (("avg", matrix.mean(axis=1)), ("pass", (matrix.max(axis=1) >= threshold) * 1.0)):
+        mean, lo, hi = mean_and_ci(per_question.tolist(), n_boot=n_boot, alpha=alpha, seed=seed)
+        out.update({f"{name}@{k}": mean, f"{name}@{k}/lo": lo, f"{name}@{k}/hi": hi})
+    out.update({"questions": float(matrix.shape[0]), "k": float(k)})
+    return out

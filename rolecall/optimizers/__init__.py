@@ -2,6 +2,7 @@
 
 from rolecall.optimizers.mapgrpo import MAPGRPO, JointGRPO
 from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
+from rolecall.optimizers.opd import OPD, OPDConfig
 from rolecall.optimizers.search_r1_grpo import SearchR1GRPO, SearchR1GRPOConfig
 from rolecall.optimizers.sft import SFT, SFTConfig
 from rolecall.optimizers.splanrl import SPlanRL, SPlanRLConfig
@@ -11,6 +12,8 @@ __all__ = [
     "MAPGRPO",
     "JointGRPO",
     "MAPGRPOConfig",
+    "OPD",
+    "OPDConfig",
     "SearchR1GRPO",
     "SearchR1GRPOConfig",
     "SFT",
