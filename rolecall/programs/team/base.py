@@ -146,9 +146,14 @@ class TeamProgram(Program):
         if self.answer_candidates == 1:
             return [None]
         # one malformed sample fails the whole n-sample call: read the first attempt's samples one by one (each
-        # sample is a vote, so repeats are kept)
+        # sample is a vote, so repeats are kept). LocalLM answers n > 1 as n one-sample LM calls, recorded as n
+        # attempts with the same messages; DSPy's JSON fallback, if any, comes after them with other messages
         attempts = step.meta.get("attempts")
-        texts = attempts[0]["completions"] if attempts else step.meta.get("completions") or [step.completion or ""]
+        if attempts:
+            first = attempts[0]["messages"]
+            texts = [t for a in attempts if a["messages"] == first for t in a["completions"]]
+        else:
+            texts = step.meta.get("completions") or [step.completion or ""]
         candidates = [_clean(read_sections(text, ["answer"]).get("answer")) for text in texts]
         if any(c is not None for c in candidates):
             trajectory.event("candidates_recovered", parsed=sum(c is not None for c in candidates), total=len(texts))

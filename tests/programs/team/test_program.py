@@ -386,6 +386,24 @@ def test_malformed_candidates_are_read_section_by_section(retriever):
     assert event.meta == {"parsed": 3, "total": 4}
 
 
+class _OneSampleCallsLM(ScriptLM):
+    """Answers n > 1 as n separate one-sample LM calls, as LocalLM does (each recorded as an attempt of its own)."""
+
+    def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
+        n = kwargs.pop("n", None) or 1
+        call = super().__call__  # (zero-argument super() does not work inside a comprehension before Python 3.12)
+        return [out for _ in range(n) for out in call(prompt, messages=messages, n=1, **kwargs)]
+
+
+def test_malformed_candidates_from_one_sample_calls_are_all_recovered(retriever):
+    """With n one-sample calls (LocalLM) and every sample malformed for ChatAdapter, each of the n attempts holds one
+    candidate: all n are read, not only the first attempt's; the JSON fallback's calls (other messages) are not."""
+    answers = iter(["[[## answer ##]]\nVarn", "[[## answer ##]]\nLyon", "garbage", "[[## answer ##]]\nVarn"])
+    lm = _OneSampleCallsLM(searcher=search_then_report, answerer=lambda i: next(answers, "garbage"))
+    pred = CascadedTeam(retriever, lm=lm, demos=None, answer_candidates=4)(question="q?")
+    assert pred.candidates == ["Varn", "Lyon", None, "Varn"] and pred.answer == "Varn"
+
+
 def test_answerer_sampling_keeps_a_given_temperature_and_drops_n_for_one_candidate():
     team = CascadedTeam(lm_kwargs={"answerer": {"temperature": 0.7, "n": 9}}, answer_candidates=3)
     assert team.lm_kwargs == {"answerer": {"temperature": 0.7, "n": 3}}
