@@ -33,8 +33,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
-import re
 import socket
 import threading
 import time
@@ -49,156 +47,27 @@ from urllib.parse import urlsplit
 from rolecall.errors import ModelLoadError
 from rolecall.lm.generation import BASE_ADAPTER, Completion, GenerationRequest
 from rolecall.lm.local import LocalLM, prompt_group
+from rolecall.serve_requests import (
+    ADAPTER_NAME,
+    DEFAULT_MAX_TOKENS,
+    ERROR_TYPES,
+    MAX_BODY_BYTES,
+    MAX_LOGPROBS,
+    MAX_N,
+    MAX_PROMPTS,
+    MAX_ROWS,
+    APIError,
+    Sampling,
+    bad_request,
+    bool_field,
+    int_field,
+    messages_field,
+    name_field,
+)
 
 __all__ = ["RolecallServer", "make_server", "serve", "default_model_name", "MAX_BODY_BYTES", "MAX_N"]
 
 logger = logging.getLogger(__name__)
-
-MAX_BODY_BYTES = 16 * 2**20
-"""Largest request body accepted (413 above it)."""
-MAX_N = 64
-"""Most samples per prompt (``n``)."""
-MAX_PROMPTS = 256
-"""Most prompts in one ``/v1/completions`` request."""
-MAX_ROWS = 1024
-"""Most sample rows (prompts times ``n``) in one ``/v1/completions`` request."""
-MAX_LOGPROBS = 20
-"""Largest ``logprobs`` of ``/v1/completions`` (only the sampled token is returned whatever it is)."""
-DEFAULT_MAX_TOKENS = 256
-ADAPTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
-ROLES = ("system", "user", "assistant")
-_ERROR_TYPES = {
-    400: "BadRequestError",
-    404: "NotFoundError",
-    405: "MethodNotAllowedError",
-    411: "LengthRequiredError",
-    413: "RequestTooLargeError",
-    500: "InternalServerError",
-}
-
-
-class APIError(Exception):
-    """An error answered as OpenAI's ``{"error": {...}}`` body with HTTP status ``status``."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, close: bool = False) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.close = status, message, param, close
-
-
-# ---------------------------------------------------------------------------------------------------- validation
-def _bad(message: str, param: str | None = None) -> APIError:
-    return APIError(400, message, param=param)
-
-
-def _int(body: dict[str, Any], name: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
-    """``body[name]`` as an int in ``[lo, hi]`` (``default`` when absent or null)."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(f"'{name}' must be an integer, got {value!r}", name)
-    if value < lo or (hi is not None and value > hi):
-        bounds = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
-        raise _bad(f"'{name}' must be {bounds}, got {value}", name)
-    return value
-
-
-def _float(body: dict[str, Any], name: str, default: float, lo: float, hi: float, *, lo_open: bool = False) -> float:
-    """``body[name]`` as a finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(f"'{name}' must be a number, got {value!r}", name)
-    if value < lo or value > hi or (lo_open and value == lo):
-        raise _bad(f"'{name}' must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {value!r}", name)
-    return float(value)
-
-
-def _bool(body: dict[str, Any], name: str, default: bool = False) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise _bad(f"'{name}' must be true or false, got {value!r}", name)
-    return value
-
-
-def _name(body: dict[str, Any], name: str) -> str:
-    value = body.get(name)
-    if value is None:
-        raise _bad(f"'{name}' is required", name)
-    if not isinstance(value, str) or not value:
-        raise _bad(f"'{name}' must be a non-empty string, got {value!r}", name)
-    return value
-
-
-@dataclasses.dataclass
-class _Sampling:
-    """The sampling fields both generation endpoints share."""
-
-    n: int
-    temperature: float
-    top_p: float
-    max_tokens: int | None  # None: the default, clipped to the context left after the prompt
-    stop: tuple[str, ...]
-    seed: int | None
-
-    @classmethod
-    def parse(cls, body: dict[str, Any]) -> _Sampling:
-        if body.get("stream"):
-            raise _bad("'stream': true is not supported; omit it (responses come whole)", "stream")
-        for penalty in ("frequency_penalty", "presence_penalty"):
-            if _float(body, penalty, 0.0, -2.0, 2.0) != 0.0:
-                raise _bad(f"'{penalty}' is not supported; omit it or pass 0", penalty)
-        max_tokens = _int(body, "max_tokens", None, 1)  # the newer name wins when both are given, as in vLLM
-        max_tokens = _int(body, "max_completion_tokens", max_tokens, 1)
-        return cls(
-            n=_int(body, "n", 1, 1, MAX_N),  # type: ignore[arg-type]
-            temperature=_float(body, "temperature", 1.0, 0.0, 100.0),
-            top_p=_float(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
-            max_tokens=max_tokens,
-            stop=_stop(body.get("stop")),
-            seed=_int(body, "seed", None, -(2**62), 2**62),
-        )
-
-
-def _stop(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    stops = [value] if isinstance(value, str) else value
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > 16:
-        raise _bad(f"'stop' must be a non-empty string or a list of at most 16 of them, got {value!r}", "stop")
-    return tuple(stops)
-
-
-def _messages(value: Any) -> list[dict[str, str]]:
-    """Chat messages with their content flattened to a string (text parts joined)."""
-    if not isinstance(value, list) or not value:
-        raise _bad(f"'messages' must be a non-empty list of {{role, content}} objects, got {value!r:.200}", "messages")
-    messages = []
-    for i, m in enumerate(value):
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise _bad(
-                f"messages[{i}] must be an object whose role is one of {list(ROLES)}, got {m!r:.200}", "messages"
-            )
-        content = m.get("content")
-        if isinstance(content, list):
-            if not all(
-                isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
-            ):
-                raise _bad(
-                    f"messages[{i}].content parts must be {{'type': 'text', 'text': str}} (only text is supported), "
-                    f"got {content!r:.200}",
-                    "messages",
-                )
-            content = "".join(p["text"] for p in content)
-        if not isinstance(content, str):
-            raise _bad(
-                f"messages[{i}].content must be a string or a list of text parts, got {content!r:.200}", "messages"
-            )
-        messages.append({"role": m["role"], "content": content})
-    return messages
 
 
 # ---------------------------------------------------------------------------------------------------- the gate
@@ -325,7 +194,7 @@ class RolecallServer(ThreadingHTTPServer):
         if model is None or model == self.model_name:
             return self.model_name, self.backend.generate(requests)
         if not isinstance(model, str):
-            raise _bad(f"'model' must be a string, got {model!r}", "model")
+            raise bad_request(f"'model' must be a string, got {model!r}", "model")
         with self._lock:
             gate = self._gates.get(model)  # (an adapter being reloaded in place is briefly missing from the model)
         if gate is None and model not in self.backend.adapters:
@@ -344,17 +213,17 @@ class RolecallServer(ThreadingHTTPServer):
     def budget(self, prompt_ids: Sequence[int], max_tokens: int | None, param: str) -> int:
         """The completion budget of one prompt, checked against the context length."""
         if not prompt_ids:
-            raise _bad("the prompt is empty; send at least one token", param)
+            raise bad_request("the prompt is empty; send at least one token", param)
         bad = [i for i in prompt_ids if not 0 <= i < self.vocab_size]
         if bad:
-            raise _bad(f"token ids must be in [0, {self.vocab_size}), got {bad[:5]}", param)
+            raise bad_request(f"token ids must be in [0, {self.vocab_size}), got {bad[:5]}", param)
         if self.context_length is None:
             return max_tokens or DEFAULT_MAX_TOKENS
         room = self.context_length - len(prompt_ids)
         if max_tokens is None and room >= 1:
             return min(DEFAULT_MAX_TOKENS, room)
         if max_tokens is None or max_tokens > room:
-            raise _bad(
+            raise bad_request(
                 f"This model's maximum context length is {self.context_length} tokens; the prompt has "
                 f"{len(prompt_ids)} and max_tokens is {max_tokens or DEFAULT_MAX_TOKENS}; shorten one",
                 "max_tokens",
@@ -365,28 +234,28 @@ class RolecallServer(ThreadingHTTPServer):
     def load_adapter(self, name: str, path: str, load_inplace: bool) -> None:
         """Load (or with ``load_inplace``, replace) LoRA adapter ``name`` from a PEFT folder ``path``."""
         if name in (self.model_name, BASE_ADAPTER):
-            raise _bad(f"lora_name {name!r} is the base model's name; pick another", "lora_name")
+            raise bad_request(f"lora_name {name!r} is the base model's name; pick another", "lora_name")
         if not ADAPTER_NAME.fullmatch(name) or name in "lora_":
-            raise _bad(
+            raise bad_request(
                 f"lora_name must be letters, digits, '_' or '-' (at most 128) and not part of 'lora_' (PEFT would "
                 f"confuse it with its own weight names), got {name!r}",
                 "lora_name",
             )
         with self.gate(name).exclusive():
             if name in self.backend.adapters and not load_inplace:
-                raise _bad(
+                raise bad_request(
                     f"The LoRA adapter {name!r} is already loaded; pass load_inplace=true to replace its weights",
                     "lora_name",
                 )
             try:
                 self.backend.load_adapter(name, Path(path).expanduser())
             except ModelLoadError as err:
-                raise _bad(f"{err}; pass lora_path=<a folder written by save_pretrained>", "lora_path") from err
+                raise bad_request(f"{err}; pass lora_path=<a folder written by save_pretrained>", "lora_path") from err
             except Exception as err:  # PEFT's errors for an adapter of another base model (shapes, modules)
                 logger.warning("loading LoRA adapter %r from %s failed", name, path, exc_info=True)
                 if name in self.backend.adapters:  # a half-loaded adapter must not be served
                     self.backend.delete_adapter(name)
-                raise _bad(
+                raise bad_request(
                     f"could not load a LoRA adapter from {path!r} onto this base model: {err}", "lora_path"
                 ) from err
         logger.info("loaded LoRA adapter %r from %s", name, path)
@@ -473,16 +342,18 @@ def _usage(prompt_tokens: int, completions: Sequence[Completion]) -> dict[str, i
 
 def chat_completion(server: RolecallServer, body: dict[str, Any]) -> dict[str, Any]:
     """Answer a ``/v1/chat/completions`` body."""
-    messages = _messages(body.get("messages"))
-    sampling = _Sampling.parse(body)
-    logprobs = _bool(body, "logprobs")
-    if _int(body, "top_logprobs", 0, 0) != 0:
-        raise _bad("'top_logprobs' > 0 is not supported: alternative tokens are not computed; pass 0", "top_logprobs")
-    as_ids = _bool(body, "return_tokens_as_token_ids")
+    messages = messages_field(body.get("messages"))
+    sampling = Sampling.parse(body)
+    logprobs = bool_field(body, "logprobs")
+    if int_field(body, "top_logprobs", 0, 0) != 0:
+        raise bad_request(
+            "'top_logprobs' > 0 is not supported: alternative tokens are not computed; pass 0", "top_logprobs"
+        )
+    as_ids = bool_field(body, "return_tokens_as_token_ids")
     try:
         prompt_ids = server.backend.encode_messages(messages)
     except Exception as err:  # the chat template rejects the conversation (roles out of order, ...)
-        raise _bad(f"the chat template rejected these messages: {err}", "messages") from err
+        raise bad_request(f"the chat template rejected these messages: {err}", "messages") from err
     request = GenerationRequest(
         prompt_ids=prompt_ids,
         n=sampling.n,
@@ -523,27 +394,29 @@ def _prompts(server: RolecallServer, value: Any) -> list[list[int]]:
             return list(tokenizer(p)["input_ids"])
         if isinstance(p, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in p):
             return list(p)
-        raise _bad(f"each prompt must be a string or a list of token ids, got {p!r:.200}", "prompt")
+        raise bad_request(f"each prompt must be a string or a list of token ids, got {p!r:.200}", "prompt")
 
     if isinstance(value, str) or (isinstance(value, list) and value and isinstance(value[0], int)):
         return [ids(value)]
     if not isinstance(value, list) or not value:
-        raise _bad(f"'prompt' must be a string, a list of strings or a list of token ids, got {value!r:.200}", "prompt")
+        raise bad_request(
+            f"'prompt' must be a string, a list of strings or a list of token ids, got {value!r:.200}", "prompt"
+        )
     if len(value) > MAX_PROMPTS:
-        raise _bad(f"at most {MAX_PROMPTS} prompts per request, got {len(value)}; split the request", "prompt")
+        raise bad_request(f"at most {MAX_PROMPTS} prompts per request, got {len(value)}; split the request", "prompt")
     return [ids(p) for p in value]
 
 
 def completion(server: RolecallServer, body: dict[str, Any]) -> dict[str, Any]:
     """Answer a ``/v1/completions`` body."""
-    if _bool(body, "echo"):
-        raise _bad("'echo': true is not supported; omit it and prepend the prompt yourself", "echo")
+    if bool_field(body, "echo"):
+        raise bad_request("'echo': true is not supported; omit it and prepend the prompt yourself", "echo")
     prompts = _prompts(server, body.get("prompt"))
-    sampling = _Sampling.parse(body)
+    sampling = Sampling.parse(body)
     if len(prompts) * sampling.n > MAX_ROWS:
-        raise _bad(f"{len(prompts)} prompts x n={sampling.n} exceeds {MAX_ROWS} samples; split the request", "n")
-    top = _int(body, "logprobs", None, 0, MAX_LOGPROBS)
-    as_ids = _bool(body, "return_tokens_as_token_ids")
+        raise bad_request(f"{len(prompts)} prompts x n={sampling.n} exceeds {MAX_ROWS} samples; split the request", "n")
+    top = int_field(body, "logprobs", None, 0, MAX_LOGPROBS)
+    as_ids = bool_field(body, "return_tokens_as_token_ids")
     requests = [
         GenerationRequest(
             prompt_ids=p,
@@ -640,11 +513,11 @@ class _Handler(BaseHTTPRequestHandler):
             server.count(model=answer["model"])
             self._send_json(answer)
         elif route == "/v1/load_lora_adapter":
-            name = _name(body or {}, "lora_name")
-            server.load_adapter(name, _name(body or {}, "lora_path"), _bool(body or {}, "load_inplace"))
+            name = name_field(body or {}, "lora_name")
+            server.load_adapter(name, name_field(body or {}, "lora_path"), bool_field(body or {}, "load_inplace"))
             self._send(200, f"Success: LoRA adapter '{name}' added successfully.".encode(), "text/plain")
         else:
-            name = _name(body or {}, "lora_name")
+            name = name_field(body or {}, "lora_name")
             server.unload_adapter(name)
             self._send(200, f"Success: LoRA adapter '{name}' removed successfully.".encode(), "text/plain")
 
@@ -667,9 +540,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as err:
-            raise _bad(f"the request body is not valid JSON ({err}); send a JSON object") from None
+            raise bad_request(f"the request body is not valid JSON ({err}); send a JSON object") from None
         if not isinstance(body, dict):
-            raise _bad(f"the request body must be a JSON object, got {type(body).__name__}")
+            raise bad_request(f"the request body must be a JSON object, got {type(body).__name__}")
         return body
 
     def _send(
@@ -700,7 +573,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_error(self, err: APIError) -> None:
         self.server.count(status=err.status)
         logger.info("%s %s -> %d: %s", self.command, self.path, err.status, err.message)
-        error_type = _ERROR_TYPES.get(err.status, "BadRequestError" if err.status < 500 else "InternalServerError")
+        error_type = ERROR_TYPES.get(err.status, "BadRequestError" if err.status < 500 else "InternalServerError")
         body = {"error": {"message": err.message, "type": error_type, "param": err.param, "code": err.status}}
         allow = {"Allow": "GET" if self.route in self.GET else "POST"} if err.status == 405 else {}
         self._send_json(body, err.status, close=err.close, headers=allow)
