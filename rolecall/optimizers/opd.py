@@ -36,7 +36,6 @@ intervals.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
@@ -49,6 +48,7 @@ from rolecall.evaluation.metrics import exact_match
 from rolecall.evaluation.stats import avg_pass_at_k
 from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
+from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.mapgrpo_roles import GoldRecord, as_gold_record
@@ -348,21 +348,8 @@ def evaluate_avg_pass_at_k(
     if not records:
         raise ValueError("evaluate_avg_pass_at_k needs at least one example")
     jobs = [r for r in records for _ in range(k)]
-    with _eval_sampling(program, temperature=temperature, top_p=top_p):
+    with role_lm_overrides(program, {role: {"temperature": temperature, "top_p": top_p} for role in program.roles}):
         preds = parallel_map(lambda r: program(question=r.question), jobs, max_workers=num_threads)
     scores = [exact_match(str(p.answer or ""), r.answers) for p, r in zip(preds, jobs, strict=True)]
     per_question = [scores[i : i + k] for i in range(0, len(scores), k)]
     return avg_pass_at_k(per_question, n_boot=n_boot, alpha=alpha, seed=seed)
-
-
-@contextlib.contextmanager
-def _eval_sampling(program: Any, *, temperature: float, top_p: float) -> Any:
-    kwargs = program.lm_kwargs
-    saved = {role: dict(value) for role, value in kwargs.items()}
-    for role in program.roles:
-        kwargs[role] = {**kwargs.get(role, {}), "temperature": temperature, "top_p": top_p}
-    try:
-        yield
-    finally:
-        kwargs.clear()
-        kwargs.update(saved)

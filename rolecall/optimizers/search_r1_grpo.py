@@ -32,10 +32,9 @@ rewards are all equal carry no signal and are skipped: ``groups/skipped``) -> ``
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, get_args
@@ -45,6 +44,7 @@ import torch
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
 from rolecall.optimizers.core.config import TrainerConfig
+from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
 from rolecall.optimizers.core.stage import Stage, StepContext
@@ -248,7 +248,7 @@ class SearchR1GRPO(WeightOptimizer):
         """G sampled rollouts of the whole program per question, all concurrently."""
         cfg = self.grpo_config
         jobs = [record for record in batch for _ in range(cfg.group_size)]
-        with self._sampling():
+        with role_lm_overrides(self.program, {ROLE: {"temperature": cfg.temperature, "top_p": cfg.top_p}}):
             predictions = parallel_map(lambda r: self.program(question=r.question), jobs, max_workers=cfg.num_threads)
         groups = [predictions[i : i + cfg.group_size] for i in range(0, len(jobs), cfg.group_size)]
         return {"batch": batch, "trajectories": [[p.trajectory for p in g] for g in groups]}
@@ -288,19 +288,6 @@ class SearchR1GRPO(WeightOptimizer):
         return search_r1_rewards(trajectory, record.answers, format_penalty=self.grpo_config.format_penalty)
 
     # ------------------------------------------------------------------ helpers
-    @contextlib.contextmanager
-    def _sampling(self) -> Iterator[None]:
-        """The agent's calls sampled at the policy's temperature and nucleus mass while the rollouts run."""
-        cfg, lm_kwargs = self.grpo_config, self.program.lm_kwargs
-        saved = lm_kwargs.get(ROLE)
-        lm_kwargs[ROLE] = {**(saved or {}), "temperature": cfg.temperature, "top_p": cfg.top_p}
-        try:
-            yield
-        finally:
-            if saved is None:
-                lm_kwargs.pop(ROLE, None)
-            else:
-                lm_kwargs[ROLE] = saved
 
     def _max_tokens(self) -> int:
         """The agent's token budget (the ``"dr_grpo"`` normalizer)."""

@@ -30,10 +30,9 @@ not the sampled token ids; with one pass per batch (on-policy) the ratio is 1 ei
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -45,6 +44,7 @@ from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match
 from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
+from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
 from rolecall.optimizers.core.stage import Stage, StepContext
@@ -321,7 +321,11 @@ class SPlanRL(WeightOptimizer):
         """G rollouts of the whole program per question, Reasoner sampled, Purifier greedy, all run concurrently."""
         cfg = self.splanrl_config
         jobs = [(i, example) for i, example in enumerate(batch) for _ in range(cfg.group_size)]
-        with self._rollout_sampling():
+        sampling = {
+            **{role: {"temperature": cfg.temperature} for role in REASONER_ROLES},
+            "purifier": {"temperature": 0.0},
+        }
+        with role_lm_overrides(self.program, sampling):  # the Reasoner sampled, the Purifier greedy
             preds = parallel_map(lambda job: self.program(question=job[1].question), jobs,
                                  max_workers=cfg.num_threads)  # fmt: skip
         groups: list[list[Any]] = [[] for _ in batch]
@@ -363,17 +367,3 @@ class SPlanRL(WeightOptimizer):
             "groups/total": float(len(generated["batch"])),
         })  # fmt: skip
         return samples, metrics
-
-    @contextlib.contextmanager
-    def _rollout_sampling(self) -> Iterator[None]:
-        """The Reasoner's calls sampled at ``temperature``, the Purifier greedy, for the rollouts only."""
-        kwargs = self.program.lm_kwargs
-        saved = {role: dict(kwargs.get(role, {})) for role in (*REASONER_ROLES, "purifier")}
-        for role in REASONER_ROLES:
-            kwargs[role] = {**saved[role], "temperature": self.splanrl_config.temperature}
-        kwargs["purifier"] = {**saved["purifier"], "temperature": 0.0}
-        try:
-            yield
-        finally:
-            for role, value in saved.items():
-                kwargs[role] = value
