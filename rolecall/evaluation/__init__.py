@@ -1,5 +1,6 @@
 """Evaluation: answer and retrieval metrics, the statistics reported over them, and the parallel runner."""
 
+from rolecall.evaluation.feedback import ScoreName, answer_feedback, answer_score, gold_answers
 from rolecall.evaluation.metrics import (
     cover_exact_match,
     exact_match,
@@ -24,6 +25,11 @@ __all__ = [
     "qa_scores",
     "recall_at_k",
     "ndcg_at_k",
+    # DSPy metrics (GEPA feedback)
+    "ScoreName",
+    "answer_score",
+    "answer_feedback",
+    "gold_answers",
     # stats
     "mean_and_ci",
     "avg_at_k",

@@ -33,6 +33,7 @@ from rolecall.programs.core.calls import (
     jsonable,
     salvage_fields,
 )
+from rolecall.programs.core.chain import compile_chain
 from rolecall.programs.core.demos import DemoPolicy, Demos, check_adapter_groups, resolve_policies
 from rolecall.programs.core.gold import gold_call
 from rolecall.programs.core.options import ProgramOptions
@@ -215,6 +216,33 @@ class Program(dspy.Module):
                 views[name] = local_lm.for_role(name)
             self.set_role_lm(role, views[name])
 
+    def set_lm(self, lm: dspy.LM | None) -> None:
+        """Make every role call ``lm``, as passing it to the constructor does: a rolecall ``LocalLM`` (with
+        ``per_role_adapters``) gives each adapter its own view of it, any other LM is shared by all roles, None falls
+        back to ``dspy.settings.lm``. ``lm`` becomes :attr:`lm`, the LM a weight optimizer trains.
+
+        DSPy's ``Module.set_lm`` would bind every role to the one object given, here one adapter's view: SIMBA calls
+        it with a sampling copy of :meth:`get_lm`, and every role would then run the same adapter.
+        """
+        self.lm = lm
+        if lm is None:
+            for role in self.roles:
+                self.set_role_lm(role, None)
+            return
+        self._bind_lm()
+
+    def get_lm(self) -> dspy.LM | None:
+        """The program's LM: :attr:`lm` when every role calls it or one of its adapter views (DSPy's
+        ``Module.get_lm`` finds several LMs there and raises), else the one LM all roles call.
+
+        Raises:
+            ValueError: the roles call different LMs that are not views of :attr:`lm` (DSPy's rule).
+        """
+        bound = [p.lm or self._role_lms.get(role) for role, p in self.roles.items()]
+        if self.lm is not None and all(lm is None or _same_model(lm, self.lm) for lm in bound):
+            return self.lm
+        return super().get_lm()
+
     def _bind_lm(self) -> None:
         if self.lm is None:
             return
@@ -320,6 +348,10 @@ class Program(dspy.Module):
         call_kwargs: dict[str, Any] = {}
         if predictor.lm is None and role in self._role_lms:
             call_kwargs["lm"] = self._role_lms[role]
+        if predictor.demos and self.runs_demo_free(role):
+            # demos a DSPy optimizer wrote after training (BootstrapFewShot after SFT) would take a trained role off
+            # the demo-free prompts it learned; its policy says it runs without them
+            call_kwargs["demos"] = []
         lm_kwargs = {**self.lm_kwargs.get("*", {}), **self.lm_kwargs.get(role, {}), **(lm_config or {})}
         if lm_kwargs:
             call_kwargs["config"] = lm_kwargs
@@ -376,21 +408,22 @@ class Program(dspy.Module):
 
     # ------------------------------------------------------------------ optimisation, copies, persistence
     def compile(self: P, optimizer: Any, *, trainset: list[Any], valset: list[Any] | None = None, **kwargs: Any) -> P:
-        """``optimizer.compile(self, trainset=..., valset=...)``; ``valset`` is passed only when given.
+        """``optimizer.compile(self, trainset=..., valset=...)``, or a chain of optimizers mixing DSPy's and rolecall's.
 
         A list of optimizers is a chain, each compiling the program the previous one returned, in order: for example
-        ``program.compile(optimizer=[SFT(), MAPGRPO()], trainset=train)`` warms the roles up with SFT, then runs RL.
+        ``program.compile(optimizer=[SFT(), MAPGRPO()], trainset=train)`` warms the roles up with SFT, then runs RL,
+        and ``program.compile(optimizer=[dspy.MIPROv2(metric), SFT()], trainset=train, valset=dev)`` optimizes the
+        prompts, then trains the adapters on them (BetterTogether). Each step gets the examples as it reads them (the
+        rolecall ``Example`` s as given to a rolecall weight optimizer, as ``Example.to_dspy()`` to DSPy's), ``valset``
+        only when its ``compile`` takes one, and the keyword arguments its ``compile`` names
+        (:mod:`rolecall.programs.core.chain`).
+
+        Raises:
+            ConfigError: an empty chain, a keyword argument no optimizer takes, or a step before the last that
+                returned something other than a rolecall ``Program``.
         """
-        if valset is not None:
-            kwargs["valset"] = valset
-        if isinstance(optimizer, (list, tuple)):
-            if not optimizer:
-                raise ConfigError("compile(optimizer=[...]) needs at least one optimizer")
-            program = self
-            for step in optimizer:
-                program = step.compile(program, trainset=trainset, **kwargs)
-            return program
-        return optimizer.compile(self, trainset=trainset, **kwargs)
+        steps = list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
+        return compile_chain(self, steps, trainset=trainset, valset=valset, **kwargs)
 
     def config(self) -> dict[str, Any]:
         """What :meth:`save` records to rebuild the program: its options and the base-class arguments."""
@@ -427,3 +460,11 @@ class Program(dspy.Module):
             ModelLoadError: if ``path/program.json`` is missing, unreadable, or was written by another program class.
         """
         return saving.load_program(cls, Path(path), retriever=retriever, lm=lm)
+
+
+def _same_model(lm: Any, base: Any) -> bool:
+    """Whether ``lm`` is ``base`` or a LoRA adapter view of the same local model (``base.for_role(...)``)."""
+    if lm is base:
+        return True
+    backend = getattr(base, "backend", None)
+    return is_local_lm(lm) and backend is not None and getattr(lm, "backend", None) is backend
