@@ -7,6 +7,8 @@ Subcommands:
 * ``rolecall eval``: build a dataset, its closed corpus, a retriever, the local LM and a registered program, evaluate
   the program (:func:`rolecall.evaluation.evaluate`) and print the summary table.
 * ``rolecall serve``: serve the LM and LoRA adapters over an OpenAI-compatible HTTP API (see :mod:`rolecall.serve`).
+* ``rolecall tune``: search an optimizer's config fields (reward weights, ...) against dev EM with optuna; the best
+  trial's config feeds ``rolecall compile --config`` (see :mod:`rolecall.tuning`).
 
 Example::
 
@@ -250,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rolecall.cli_serve import add_serve_parser
 
     add_serve_parser(sub)
+    from rolecall.cli_tune import add_tune_parser
+
+    add_tune_parser(sub)
     return parser
 
 

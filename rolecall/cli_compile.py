@@ -16,6 +16,9 @@ __all__ = [
     "APPLIES_TO",
     "OPTIMIZERS",
     "add_compile_parser",
+    "add_training_arguments",
+    "build_optimizers",
+    "check_chain",
     "cmd_compile",
     "opd_from_args",
     "sft_from_args",
@@ -61,9 +64,20 @@ def add_compile_parser(sub: Any) -> None:
         "  rolecall compile --program stride --optimizer sft,stride_ft --num-plans 4 --out runs/stride-ft\n"
         "  rolecall compile --program reap --optimizer multitask_sft --out runs/reap-multitask\n"
         "  rolecall compile --program opera --dataset musique --out runs/opera-musique\n"
-        "  rolecall eval --load runs/opera-musique --dataset musique --split test",
+        "  rolecall eval --load runs/opera-musique --dataset musique --split test\n"
+        "  rolecall compile --program opera --optimizer mapgrpo --config runs/tune/best_config.json --out runs/opera",
         formatter_class=_HelpFormatter,
     )
+    add_training_arguments(p)
+    p.add_argument("--resume", action="store_true", help="continue a killed compile from its checkpoint in OUT")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the compiled program is saved")
+    _add_common(p)
+    p.set_defaults(func=cmd_compile)
+
+
+def add_training_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that say what to train and how: program, optimizer chain, data, model, training settings and
+    ``--config`` (shared by ``rolecall compile`` and ``rolecall tune``)."""
     p.add_argument("--program", required=True, choices=program_names(), help="the program to train")
     p.add_argument(
         "--optimizer",
@@ -104,7 +118,6 @@ def add_compile_parser(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=2, help="samples per forward pass (default: 2)")
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default: 1)")
     p.add_argument("--budget-minutes", type=float, default=None, help="stop training after this much wall time")
-    p.add_argument("--resume", action="store_true", help="continue a killed compile from its checkpoint in OUT")
     p.add_argument("--k", type=int, default=5, help="the program's top_k and the retriever's default k (default: 5)")
     p.add_argument("--threads", type=int, default=8, help="questions collected concurrently (default: 8)")
     p.add_argument("--model", default=None, help="LM name or local path (default: embedded SmolLM2-135M-Instruct)")
@@ -113,10 +126,11 @@ def add_compile_parser(sub: Any) -> None:
                    "--enable-lora) serving the same --model; training stays local, each step's adapter is loaded "
                    "into the server")  # fmt: skip
     p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="a program option")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the compiled program is saved")
+    p.add_argument("--config", type=Path, default=None, metavar="FILE",
+                   help="a JSON, YAML or TOML file of optimizer config fields (reward weights, ...; `rolecall tune` "
+                   "writes best_config.json): the fields it sets override the defaults and the training flags above; "
+                   "with a chain, they are grouped by optimizer ({\"sft\": {...}, \"mapgrpo\": {...}})")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    _add_common(p)
-    p.set_defaults(func=cmd_compile)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -125,64 +139,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from rolecall.lm.embedded import DEFAULT_LM
     from rolecall.lm.local import LocalLM
     from rolecall.optimizers.core import distributed
-    from rolecall.optimizers.sft import GOLD_BUILDERS
     from rolecall.programs.registry import build_program
 
-    chain = [o.strip().lower() for o in args.optimizer.split(",") if o.strip()]
-    if not chain or any(o not in OPTIMIZERS for o in chain) or len(set(chain)) != len(chain):
-        raise ConfigError(
-            f"--optimizer takes {', '.join(OPTIMIZERS)}, or a chain such as sft,mapgrpo; got {args.optimizer!r}"
-        )
-    if "sft" in chain and chain[0] != "sft":
-        raise ConfigError(f"--optimizer {args.optimizer}: sft is the warm start, so it comes first (sft,mapgrpo)")
-    rl = [o for o in chain if o != "sft"]
-    if len(rl) > 1:
-        raise ConfigError(f"--optimizer {args.optimizer}: pick one of {', '.join(APPLIES_TO)} (after sft)")
-    if rl and args.program not in APPLIES_TO[rl[0]]:
-        raise ConfigError(f"--optimizer {rl[0]} applies to {', '.join(APPLIES_TO[rl[0]])}, not {args.program!r}")
-    if rl == ["multitask_sft"] and chain != rl:
-        raise ConfigError("--optimizer multitask_sft is itself SFT (REAP's merged planning tasks): give it alone")
-    if "sft" in chain and get_program_class(args.program) not in GOLD_BUILDERS:
-        names = ", ".join(n for n in program_names() if get_program_class(n) in GOLD_BUILDERS)
-        raise ConfigError(f"--optimizer sft has gold-path targets for {names}; {args.program!r} has none yet")
-    for name in ("k", "threads", "group_size", "num_plans"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.rl_minutes <= 0:
-        raise ConfigError(f"--rl-minutes must be > 0, got {args.rl_minutes}")
+    chain, rl = check_chain(args)
     options = parse_program_options(args.program, args.option)
-    optimizers: list[Any] = []
-    if "sft" in chain:
-        optimizers.append(sft_from_args(args, args.out / "sft" if rl else args.out, resume=args.resume,
-                                        show_progress=not args.no_progress))  # fmt: skip
-    if rl == ["grpo"] and args.program == "search_r1":  # Search-R1's agent with plain GRPO over whole rollouts
-        from rolecall.optimizers import SearchR1GRPO
-
-        optimizers.append(SearchR1GRPO(group_size=args.group_size, time_budget_s=args.rl_minutes * 60,
-                                       output_dir=args.out / "grpo", resume=args.resume, num_threads=args.threads,
-                                       seed=args.seed, show_progress=not args.no_progress))  # fmt: skip
-    elif rl in (["mapgrpo"], ["grpo"]):
-        from rolecall.optimizers import MAPGRPO, JointGRPO, MAPGRPOConfig
-
-        config = MAPGRPOConfig(group_size=args.group_size, time_budget_s=args.rl_minutes * 60,
-                               output_dir=args.out / rl[0], resume=args.resume, num_threads=args.threads,
-                               seed=args.seed, show_progress=not args.no_progress)  # fmt: skip
-        optimizers.append(MAPGRPO(config) if rl[0] == "mapgrpo" else JointGRPO(config))
-    elif rl == ["stride_ft"]:
-        from rolecall.optimizers import STRIDEFT
-
-        optimizers.append(STRIDEFT(num_plans=args.num_plans, time_budget_minutes=args.budget_minutes,
-                                   num_threads=args.threads, output_dir=str(args.out / "stride_ft"),
-                                   resume=args.resume, seed=args.seed, show_progress=not args.no_progress))  # fmt: skip
-    elif rl == ["multitask_sft"]:
-        from rolecall.optimizers.multitask_sft import MultiTaskSFT
-
-        optimizers.append(sft_from_args(args, args.out, resume=args.resume, show_progress=not args.no_progress,
-                                        cls=MultiTaskSFT))  # fmt: skip
-    elif rl == ["splanrl"]:
-        optimizers.append(splanrl_from_args(args, cold_start="none" if "sft" in chain else "self"))
-    elif rl == ["opd"]:
-        optimizers.append(opd_from_args(args))
+    optimizers = build_optimizers(args, chain, rl)
     if args.dataset == "synthetic":
         world = synthetic_world(seed=args.seed)
         trainset, corpus = list(world.train), list(world.corpus)
@@ -235,6 +196,87 @@ def cmd_compile(args: argparse.Namespace) -> int:
         if plot_training_curve(args.out / rl[0] / "metrics.jsonl", args.out / "rewards.png"):
             print(f"reward curves: {args.out / 'rewards.png'}")
     return 0
+
+
+def check_chain(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """``--optimizer``'s chain (``["sft", "mapgrpo"]``) and its RL part (``["mapgrpo"]``), checked against
+    ``--program`` and the numeric flags before anything loads.
+
+    Raises:
+        ConfigError: an unknown or misordered chain, an optimizer that does not apply to the program, or a bad flag.
+    """
+    from rolecall.optimizers.sft import GOLD_BUILDERS
+
+    chain = [o.strip().lower() for o in args.optimizer.split(",") if o.strip()]
+    if not chain or any(o not in OPTIMIZERS for o in chain) or len(set(chain)) != len(chain):
+        raise ConfigError(
+            f"--optimizer takes {', '.join(OPTIMIZERS)}, or a chain such as sft,mapgrpo; got {args.optimizer!r}"
+        )
+    if "sft" in chain and chain[0] != "sft":
+        raise ConfigError(f"--optimizer {args.optimizer}: sft is the warm start, so it comes first (sft,mapgrpo)")
+    rl = [o for o in chain if o != "sft"]
+    if len(rl) > 1:
+        raise ConfigError(f"--optimizer {args.optimizer}: pick one of {', '.join(APPLIES_TO)} (after sft)")
+    if rl and args.program not in APPLIES_TO[rl[0]]:
+        raise ConfigError(f"--optimizer {rl[0]} applies to {', '.join(APPLIES_TO[rl[0]])}, not {args.program!r}")
+    if rl == ["multitask_sft"] and chain != rl:
+        raise ConfigError("--optimizer multitask_sft is itself SFT (REAP's merged planning tasks): give it alone")
+    if "sft" in chain and get_program_class(args.program) not in GOLD_BUILDERS:
+        names = ", ".join(n for n in program_names() if get_program_class(n) in GOLD_BUILDERS)
+        raise ConfigError(f"--optimizer sft has gold-path targets for {names}; {args.program!r} has none yet")
+    for name in ("k", "threads", "group_size", "num_plans"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.rl_minutes <= 0:
+        raise ConfigError(f"--rl-minutes must be > 0, got {args.rl_minutes}")
+    return chain, rl
+
+
+def build_optimizers(args: argparse.Namespace, chain: list[str], rl: list[str]) -> list[Any]:
+    """The optimizers of the chain :func:`check_chain` returned, built from the flags and writing under ``args.out``,
+    then with the fields of ``--config`` (when given) over them. No model loads.
+
+    Raises:
+        ConfigError: a flag's value is invalid, or the config file is unreadable or names an unknown field (the
+            message lists the valid ones).
+    """
+    optimizers: list[Any] = []
+    if "sft" in chain:
+        optimizers.append(sft_from_args(args, args.out / "sft" if rl else args.out, resume=args.resume,
+                                        show_progress=not args.no_progress))  # fmt: skip
+    if rl == ["grpo"] and args.program == "search_r1":  # Search-R1's agent with plain GRPO over whole rollouts
+        from rolecall.optimizers import SearchR1GRPO
+
+        optimizers.append(SearchR1GRPO(group_size=args.group_size, time_budget_s=args.rl_minutes * 60,
+                                       output_dir=args.out / "grpo", resume=args.resume, num_threads=args.threads,
+                                       seed=args.seed, show_progress=not args.no_progress))  # fmt: skip
+    elif rl in (["mapgrpo"], ["grpo"]):
+        from rolecall.optimizers import MAPGRPO, JointGRPO, MAPGRPOConfig
+
+        config = MAPGRPOConfig(group_size=args.group_size, time_budget_s=args.rl_minutes * 60,
+                               output_dir=args.out / rl[0], resume=args.resume, num_threads=args.threads,
+                               seed=args.seed, show_progress=not args.no_progress)  # fmt: skip
+        optimizers.append(MAPGRPO(config) if rl[0] == "mapgrpo" else JointGRPO(config))
+    elif rl == ["stride_ft"]:
+        from rolecall.optimizers import STRIDEFT
+
+        optimizers.append(STRIDEFT(num_plans=args.num_plans, time_budget_minutes=args.budget_minutes,
+                                   num_threads=args.threads, output_dir=str(args.out / "stride_ft"),
+                                   resume=args.resume, seed=args.seed, show_progress=not args.no_progress))  # fmt: skip
+    elif rl == ["multitask_sft"]:
+        from rolecall.optimizers.multitask_sft import MultiTaskSFT
+
+        optimizers.append(sft_from_args(args, args.out, resume=args.resume, show_progress=not args.no_progress,
+                                        cls=MultiTaskSFT))  # fmt: skip
+    elif rl == ["splanrl"]:
+        optimizers.append(splanrl_from_args(args, cold_start="none" if "sft" in chain else "self"))
+    elif rl == ["opd"]:
+        optimizers.append(opd_from_args(args))
+    if getattr(args, "config", None) is not None:
+        from rolecall.tuning.config_file import apply_config_file
+
+        optimizers = list(apply_config_file(args.config, dict(zip(chain, optimizers, strict=True))).values())
+    return optimizers
 
 
 def sft_from_args(

@@ -3,6 +3,7 @@ and the weight-optimizer base (stages, budget, checkpoints, resume, metrics)."""
 
 from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
 from rolecall.optimizers.core.config import LossName, TrainerConfig
+from rolecall.optimizers.core.eval_hook import EvalHook, EvalPoint
 from rolecall.optimizers.core.logprobs import per_token_logps, reference_per_token_logps
 from rolecall.optimizers.core.losses import LOSSES, dpo_loss, get_loss, nll_loss, token_advantage_loss
 from rolecall.optimizers.core.sample import TrainingSample
@@ -13,6 +14,8 @@ from rolecall.optimizers.core.trainer import AdapterTrainer
 __all__ = [
     "WeightOptimizer",
     "WeightOptimizerConfig",
+    "EvalHook",
+    "EvalPoint",
     "Stage",
     "StepContext",
     "LOSSES",

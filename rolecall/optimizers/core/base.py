@@ -21,6 +21,9 @@ The base writes ``<output_dir>/metrics.jsonl`` (one flat line per step, with ``t
 counters so far: ``served/requests``, ``served/retries``, ``served/pushes``, ...), an atomic checkpoint after every step
 (:mod:`rolecall.optimizers.core.checkpoint`), ``summary.json`` (steps done and why training stopped) and the final
 adapters under ``adapters/<name>/``. ``resume=True`` continues from the last checkpoint, after a SIGKILL too.
+
+An optional evaluation hook (:meth:`WeightOptimizer.set_eval_hook`, :mod:`rolecall.optimizers.core.eval_hook`) is
+called after each stage's last step and every N steps; it may score the student on the ``valset`` and stop training.
 """
 
 from __future__ import annotations
@@ -49,13 +52,14 @@ from rolecall.optimizers.core.checkpoint import (
     seed_everything,
     set_rng_state,
 )
+from rolecall.optimizers.core.eval_hook import EvalHook, EvalPoint, eval_due
 from rolecall.optimizers.core.metrics_log import MetricsLog
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.core.trainer import AdapterTrainer
 from rolecall.programs.core.options import ProgramOptions, option
 
-__all__ = ["LoopOptions", "Stage", "StepContext", "WeightOptimizer", "WeightOptimizerConfig"]
+__all__ = ["EvalHook", "EvalPoint", "LoopOptions", "Stage", "StepContext", "WeightOptimizer", "WeightOptimizerConfig"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +135,8 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
 
     Attributes:
         history: The metrics records of the steps this process ran.
-        stop_reason: ``"completed"`` or ``"time_budget"`` after :meth:`compile`.
+        stop_reason: ``"completed"``, ``"time_budget"`` or ``"eval_hook"`` (the evaluation hook stopped training)
+            after :meth:`compile`.
         stopped: Stage -> why it stopped before its planned steps.
     """
 
@@ -145,6 +150,26 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         self._transport: Any = None  # the student LM's transport_metrics(), when its rollouts go to a server
         self.stop_reason: str | None = None
         self.stopped: dict[str, str] = {}
+        self.eval_hook: EvalHook | None = None
+        self.eval_every: int | None = None
+
+    def set_eval_hook(self, hook: EvalHook | None, *, every: int | None = None) -> None:
+        """Calls ``hook(point)`` after each stage's last planned step and, with ``every``, after every ``every``
+        global steps; a truthy return stops training (``stop_reason == "eval_hook"``). None removes the hook.
+
+        Args:
+            hook: ``hook(EvalPoint) -> bool | None``; it sees the student and the ``valset`` given to ``compile``.
+            every: Global steps between calls (None: only at the end of each stage).
+
+        Raises:
+            ConfigError: If ``every`` is not an integer >= 1 or None.
+
+        Example:
+            >>> sft.set_eval_hook(lambda p: evaluate(p.student, p.valset).summary.em < 0.1, every=10)  # doctest: +SKIP
+        """
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise ConfigError(f"set_eval_hook(every=...) must be an integer >= 1 or None; got {every!r}.")
+        self.eval_hook, self.eval_every = hook, every
 
     # ------------------------------------------------------------------ the subclass contract
     def stages(self, student: Any, trainset: Sequence[Any]) -> list[Stage]:
@@ -188,7 +213,8 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
 
     # ------------------------------------------------------------------ the loop
     def compile(self, student: Any, *, trainset: Sequence[Any], valset: Sequence[Any] | None = None, **_: Any) -> Any:
-        """Trains ``student``'s adapters in place, stage by stage, and returns it.
+        """Trains ``student``'s adapters in place, stage by stage, and returns it (``valset`` reaches the evaluation
+        hook, when one is set).
 
         Raises:
             ConfigError: If the stages are invalid, the student is not on a LocalLM, or a checkpoint is unreadable.
@@ -214,6 +240,7 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         bar = tqdm(total=sum(planned.values()), initial=state["global_step"], desc=type(self).__name__,
                    disable=not cfg.show_progress)  # fmt: skip
         clock, elapsed0 = self.clock(), state["elapsed_s"]
+        hook_stopped = False
         while (name := next_stage(planned, state, cfg.schedule)) is not None:
             state["elapsed_s"] = elapsed0 + self.clock() - clock
             state = distributed.broadcast_object(state)  # several processes: the main one's clock decides for all
@@ -250,12 +277,41 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
                 state["checkpoint_s"] = self.clock() - t0
             bar.update(1)
             bar.set_postfix(stage=name, loss=f"{record.get('loss/total', float('nan')):.4f}")
+            t0 = self.clock()
+            hook_stopped = self._evaluate(student, valset, ctx, planned, state)
+            clock += self.clock() - t0  # evaluating is not training: the time budget does not pay for it
+            if hook_stopped:
+                break
         bar.close()
         self.stopped = dict(state["stopped"])
         self.stop_reason = "time_budget" if any("budget" in r for r in self.stopped.values()) else "completed"
+        if hook_stopped:
+            self.stop_reason = "eval_hook"
         if out is not None and distributed.is_main_process():
             self._finish(out, backend, stages, state)
         return student
+
+    def _evaluate(self, student: Any, valset: Sequence[Any] | None, ctx: StepContext, planned: dict[str, int],
+                  state: dict[str, Any]) -> bool:  # fmt: skip
+        """Runs the evaluation hook when it is due after this step; whether it stops training (recorded in
+        ``state["stopped"]`` for every unfinished stage)."""
+        name, global_step = ctx.stage.name, state["global_step"]
+        stage_done = state["steps"][name] >= planned[name]
+        if self.eval_hook is None or not eval_due(global_step, self.eval_every, stage_done):
+            return False
+        point = EvalPoint(student=student, valset=valset, stage=name, step=state["steps"][name],
+                          global_step=global_step, stage_done=stage_done)  # fmt: skip
+        with self._private_rng(f"{self.config.seed}-eval-{global_step}"):
+            stop = bool(self.eval_hook(point))
+        stop = distributed.broadcast_object(stop)  # several processes: the main one's hook decides for all
+        if stop:
+            for stage, steps in planned.items():
+                if state["steps"].get(stage, 0) < steps:
+                    state["stopped"].setdefault(stage, f"the evaluation hook stopped training at global step "
+                                                       f"{global_step}")  # fmt: skip
+            logger.info("%s: the evaluation hook stopped training at global step %d", type(self).__name__,
+                        global_step)  # fmt: skip
+        return stop
 
     def _account(self, state: dict[str, Any], ctx: StepContext, record: dict[str, Any], elapsed: float) -> None:
         """Moves the loop state past the step (its cost includes the last checkpoint's write) and logs the record."""

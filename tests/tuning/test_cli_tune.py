@@ -1,0 +1,137 @@
+"""``rolecall tune`` on the tiny random Llama: help, one-line errors before anything loads, a run whose best config
+``rolecall compile --config`` trains with, and a study SIGKILLed mid-trial that a rerun resumes with its finished
+trials kept and the killed trial retried."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from rolecall.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def model_dir(tmp_path, tiny_model, smollm_tokenizer) -> Path:
+    path = tmp_path / "tiny"
+    tiny_model.save_pretrained(path)
+    smollm_tokenizer.save_pretrained(path)
+    return path
+
+
+def _tune_argv(model: Path, out: Path, *extra: str) -> list[str]:
+    return ["tune", "--program", "single_step_rag", "--optimizer", "sft", "--model", str(model), "--limit", "4",
+            "--dev-limit", "2", "--threads", "2", "--max-steps", "1", "--no-progress",
+            "--param", "learning_rate=float:1e-4:1e-2:log", "--out", str(out), *extra]  # fmt: skip
+
+
+def test_tune_help_names_the_search_flags(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tune", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert all(flag in text for flag in ("--simplex", "--param", "--sampler", "--pruner", "--eval-every", "--config"))
+
+
+@pytest.mark.parametrize("extra, message", [
+    ([], "the search space is empty"),
+    (["--param", "learnin_rate=float:0:1"], "SFTConfig has no field 'learnin_rate'; valid fields are: "),
+    (["--param", "learning_rate=log:0:1"], "use NAME=float:LOW:HIGH"),
+    (["--param", "learning_rate=float:1e-4:1e-2", "--sampler", "grid"], "needs a step for float param"),
+    (["--param", "learning_rate=float:1e-4:1e-2", "--prune-below", "0.1"], "add --pruner threshold"),
+    (["--param", "learning_rate=float:1e-4:1e-2", "--pruner", "threshold"], "needs the score below which"),
+    (["--simplex", "plan_weights=logic,execution"], "SFTConfig has no field 'plan_weights'"),
+])  # fmt: skip
+def test_bad_searches_fail_in_one_line_before_anything_loads(tmp_path, monkeypatch, capsys, extra, message):
+    monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
+    argv = ["tune", "--program", "single_step_rag", "--optimizer", "sft", "--out", str(tmp_path / "t"), *extra]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rolecall tune: error: ") and message in err and "Traceback" not in err
+
+
+def test_tune_then_compile_with_the_best_config(model_dir, tmp_path, capsys):
+    out = tmp_path / "tune"
+    assert main(_tune_argv(model_dir, out, "--trials", "2", "--eval-every", "1", "--no-plots")) == 0
+    printed = capsys.readouterr().out
+    assert "2 trials, 2 complete" in printed and f"best config: {out / 'best_config.json'}" in printed
+    best = json.loads((out / "best_config.json").read_text())
+    assert list(best) == ["sft"] and list(best["sft"]) == ["learning_rate"]
+    trials = json.loads((out / "trials.json").read_text())["trials"]
+    assert [t["state"] for t in trials] == ["COMPLETE", "COMPLETE"] and all(t["intermediate_values"] for t in trials)
+    assert main(_tune_argv(model_dir, out, "--trials", "2")) == 0  # rerun: resumed, nothing left to do
+    assert "2 trials, 2 complete; 0 run now" in capsys.readouterr().out
+    assert main(_tune_argv(model_dir, out, "--trials", "2", "--metric", "f1")) == 1  # another search: refused
+    assert "was run with metric='em'" in capsys.readouterr().err
+
+    saved = tmp_path / "compiled"
+    config = str(out / "best_config.json")
+    argv = ["compile", "--program", "single_step_rag", "--model", str(model_dir), "--limit", "2", "--max-steps", "1",
+            "--threads", "2", "--no-progress", "--config", config, "--out", str(saved)]  # fmt: skip
+    assert main(argv) == 0
+    used = json.loads((saved / "sft_config.json").read_text())
+    assert used["learning_rate"] == best["sft"]["learning_rate"] and used["max_steps"] == 1
+
+
+def test_a_sigkilled_study_resumes_with_its_finished_trials(model_dir, tmp_path):
+    """A subprocess runs the study; it is SIGKILLed while a trial runs, after at least one finished. The rerun finds
+    the dead trial by its heartbeat (1 s; dead after 2 s), marks it FAIL and retries its parameters first."""
+    out = tmp_path / "tune"
+    argv = _tune_argv(model_dir, out, "--heartbeat-seconds", "1", "--no-plots")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    log = tmp_path / "killed.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "rolecall.cli", *argv, "--trials", "50"], cwd=REPO, env=env,
+                                stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
+    storage = f"sqlite:///{out / 'study.db'}"
+    deadline = time.monotonic() + 240
+    try:
+        while True:
+            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "no finished trial within 240 s"
+            states = _states(out / "study.db")
+            if "COMPLETE" in states and states[-1] == "RUNNING":
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    killed = optuna.load_study(study_name="rolecall-tune", storage=storage).get_trials()
+    finished = [t for t in killed if t.state.is_finished()]
+    running = [t for t in killed if t.state == optuna.trial.TrialState.RUNNING]
+    assert finished and len(running) == 1
+    time.sleep(2.5)  # past the grace period: the killed trial's last heartbeat is stale
+
+    assert main([*argv, "--trials", str(len(finished) + 1)]) == 0
+    trials = optuna.load_study(study_name="rolecall-tune", storage=storage).get_trials()
+    for old in finished:  # kept as they were
+        new = trials[old.number]
+        assert (new.state, new.value, new.params) == (old.state, old.value, old.params)
+    assert trials[running[0].number].state == optuna.trial.TrialState.FAIL
+    retry = [t for t in trials if t.system_attrs.get("failed_trial") == running[0].number]
+    assert len(retry) == 1 and retry[0].state.is_finished() and retry[0].params == running[0].params
+    assert sum(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in trials) == len(
+        finished) + 1  # fmt: skip
+
+
+def _states(path: Path) -> list[str]:
+    """The states of the study's trials, read from its SQLite file while another process writes it."""
+    import sqlalchemy
+
+    if not path.is_file():
+        return []
+    try:
+        study = optuna.load_study(study_name="rolecall-tune", storage=f"sqlite:///{path}")
+    except (KeyError, sqlalchemy.exc.OperationalError):  # the study or its tables are not created yet
+        return []
+    return [t.state.name for t in study.get_trials(deepcopy=False)]
