@@ -1,0 +1,172 @@
+"""The paper experiments' command line: ``experiments/<paper>.py`` calls :func:`main` with its paper's name.
+
+``--plan`` prints what each row trains on and for how long; a run trains and evaluates the selected rows, writing
+each finished one at once (``_paper.Experiment``); ``--report-only`` rebuilds the report and the README block from the
+results JSON; ``--fresh`` forgets the selected rows' results, programs and records first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from _paper import README, RESULTS, RUNS, Experiment
+from _paper_config import DATASETS, METHODS, SIZE_NAMES, Row, config_path, load_config
+from _paper_report import EMBEDDED_MODEL, rewrite_readme
+
+
+def parser_for(paper: str, doc: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"{paper}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size",
+        default="default",
+        choices=SIZE_NAMES,
+        help="default: the committed run's size (see the config); smoke: a few questions and seconds "
+        "of training (tests); its results go to <paper>_smoke.json",
+    )
+    parser.add_argument(
+        "--datasets", default=None, help=f"comma-separated, from {', '.join(DATASETS)} (default: the paper's)"
+    )
+    parser.add_argument("--rows", default=None, help="comma-separated row names (default: all of the config's)")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="forget the selected rows' results, saved programs and records, and run them again",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rebuild the markdown, chart and README block from the results JSON; run nothing",
+    )
+    parser.add_argument(
+        "--plan", action="store_true", help="print what each row trains on and for how long; run nothing"
+    )
+    parser.add_argument("--model", default=None, help="LM name or local path (default: the embedded SmolLM2-135M)")
+    parser.add_argument("--threads", type=int, default=None, help="questions run concurrently (default: the size's)")
+    parser.add_argument(
+        "--test-questions", type=int, default=None, help="held-out questions per dataset (default: the size's)"
+    )
+    parser.add_argument("--config", type=Path, default=config_path(paper), help="the experiment config (TOML)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder (default: experiments/results)")
+    parser.add_argument("--runs", type=Path, default=RUNS, help="programs and records (default: runs/experiments)")
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        default=None,
+        help="the README whose block for this paper is rewritten (default: experiments/README.md at "
+        "the default size, none at smoke size)",
+    )
+    return parser
+
+
+def main(paper: str, doc: str | None, argv: list[str] | None = None) -> int:
+    """Run (or report) one paper's experiment; returns the exit status (1 when a row failed)."""
+    parser = parser_for(paper, doc)
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ValueError as err:
+        parser.error(str(err))
+    datasets = _names(parser, "--datasets", args.datasets, list(config.datasets), list(config.datasets))
+    names = _names(parser, "--rows", args.rows, [r.name for r in config.rows], [r.name for r in config.rows])
+    rows = [config.row(n) for n in names]
+    for value, flag in ((args.threads, "--threads"), (args.test_questions, "--test-questions")):
+        if value is not None and value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
+    readme = args.readme if args.readme is not None else (README if args.size == "default" else None)
+    exp = Experiment(
+        config,
+        args.size,
+        out=args.out,
+        runs=args.runs,
+        model=args.model,
+        threads=args.threads,
+        test_questions=args.test_questions,
+    )
+    from rolecall.utils.logs import quiet_repeated_warnings
+
+    quiet_repeated_warnings()
+    if args.report_only:
+        return report_only(exp, readme)
+    jobs = exp.plan(datasets, rows)
+    print(
+        f"{config.title}: {len(jobs)} rows at size {args.size} ({exp.size.test_questions} test questions per "
+        f"dataset, at most {exp.size.train_questions} training questions) with {args.model or EMBEDDED_MODEL}"
+    )
+    for dataset, row in jobs:
+        print(f"  {dataset:<9} {row.name:<16} {exp.describe(dataset, row)}")
+    if args.plan:
+        return 0
+    if args.fresh:
+        fresh(exp, jobs)
+    done = {(r["dataset"], r["row"]) for r in exp.read_results().get("rows", []) if r.get("status") == "done"}
+    failed = 0
+    for i, (dataset, row) in enumerate(jobs, 1):
+        if (dataset, row.name) in done:
+            print(f"[{i}/{len(jobs)}] {dataset} / {row.name}: done earlier (kept; --fresh reruns it)", flush=True)
+            continue
+        print(f"[{i}/{len(jobs)}] {dataset} / {row.name}: {row.title}", flush=True)
+        started = time.perf_counter()
+        try:
+            result = exp.run_row(dataset, row)
+        except Exception as err:  # a row that fails is recorded and the others run; the exit status says so
+            failed += 1
+            result = {**exp.row_head(dataset, row), "status": "failed", "error": f"{type(err).__name__}: {err}"}
+            traceback.print_exc()
+        exp.record(result, readme)
+        if result["status"] == "done":
+            print(
+                f"    EM {100 * result['em']:.1f}  F1 {100 * result['f1']:.1f}  (n={result['n']}, "
+                f"{(time.perf_counter() - started) / 60:.1f} min)",
+                flush=True,
+            )
+        else:
+            print(f"    FAILED: {result['error']}", flush=True)
+    print(f"wrote {exp.results}, {exp.results.with_suffix('.md')} and {exp.results.with_suffix('.png')}")
+    return 1 if failed else 0
+
+
+def _names(
+    parser: argparse.ArgumentParser, flag: str, text: str | None, valid: list[str], default: list[str]
+) -> list[str]:
+    if text is None:
+        return default
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in valid]
+    if unknown or not names:
+        parser.error(f"{flag}: unknown {unknown or 'empty list'}; valid: {', '.join(valid)}")
+    return names
+
+
+def fresh(exp: Experiment, jobs: list[tuple[str, Row]]) -> None:
+    """Forget the jobs' result rows, saved programs and evaluation records."""
+    keys = {(d, r.name) for d, r in jobs}
+    saved = exp.read_results()
+    if saved.get("rows"):
+        saved["rows"] = [r for r in saved["rows"] if (r["dataset"], r["row"]) not in keys]
+        exp.results.write_text(json.dumps(saved, indent=2, default=str) + "\n", encoding="utf-8")
+    for dataset, row in jobs:
+        shutil.rmtree(exp.eval_dir(dataset, row), ignore_errors=True)
+        if METHODS[row.method].trains or row.method == "eval":
+            shutil.rmtree(exp.program_dir(dataset, row), ignore_errors=True)
+
+
+def report_only(exp: Experiment, readme: Path | None) -> int:
+    rows = exp.read_results().get("rows", [])
+    if rows:
+        exp.write(rows, readme)
+        print(f"rebuilt {exp.results.with_suffix('.md')} and {exp.results.with_suffix('.png')} from {len(rows)} rows")
+    else:
+        print(f"no results in {exp.results} yet", file=sys.stderr)
+        if readme is not None:
+            rewrite_readme(readme, exp.config, {"rows": [], "size": exp.size_name, "tag": exp.tag})
+    if readme is not None:
+        print(f"rewrote the {exp.config.paper} block of {readme}")
+    return 0
