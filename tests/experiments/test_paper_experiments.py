@@ -119,8 +119,9 @@ def test_smoke_run_resumes_and_reports(opera, model_dir, tmp_path, capsys):
     assert mt["train"]["warm_start"] == "reap_sft" and mt["train"]["steps"] == {"multitask": 1}
     # minutes are rounded to 0.01: a one-step tiny-model run may record 0.0, so the warm start's share is checked
     assert mt["train"]["total_minutes"] >= mt["train"]["minutes"] >= 0
-    assert mt["train"]["total_minutes"] == pytest.approx(mt["train"]["minutes"] + rows["reap_sft"]["train"]["minutes"],
-                                                         abs=0.011)
+    assert mt["train"]["total_minutes"] == pytest.approx(
+        mt["train"]["minutes"] + rows["reap_sft"]["train"]["minutes"], abs=0.011
+    )
     assert 0 <= mt["em_ci"][0] <= mt["em"] <= mt["em_ci"][1] <= 1
     saved = runs / "toy_smoke" / "synthetic" / "reap_mt"
     assert (saved / "program" / "adapters" / "multitask").is_dir() and (saved / "eval" / "records.jsonl").is_file()
