@@ -1,0 +1,396 @@
+"""Do the RL family's papers' claims hold, in direction, on the synthetic world? (issue 16, item 5)
+
+Three claims, each on held-out synthetic test questions with the embedded SmolLM2-135M, every row trained and
+evaluated in this process on 2 CPU cores:
+
+- ``search_r1`` (Search-R1): GRPO on the agent (outcome EM minus a format penalty, retrieved text masked) beats the
+  prompt-only agent. Rows: ``prompt-only``, ``GRPO``.
+- ``d2plan`` (D2Plan): SFT + SPlanRL beats SFT alone, and without R_p the Reasoner plans more sub-questions per question
+  than with it. Rows: ``SFT(gold)`` (the cold start: D2Plan's gold path), ``SFT + SPlanRL`` and ``SFT + SPlanRL w/o
+  R_p``, both from that SFT program.
+- ``opd`` (MultiAgent-OPD): the OPD team beats the outcome-only team on EM, and its Searchers keep searching where the
+  outcome-only Searchers' search count falls. Rows: ``SFT(gold) team`` (the warm start both start from), ``OPD`` and
+  ``outcome-only``. The Teacher is the cascaded Searcher -> Answerer workflow, SFT(gold) on its shared adapter and then
+  Stage I GRPO (``--teacher-minutes``); it is trained once and reused by both Stage II rows.
+
+Every row reports EM with a question-bootstrap 95% interval, F1, training minutes, LM calls per question, prompt tokens
+per call, searches per question (retrieval steps) and, for D2Plan, the sub-questions of the Reasoner's initial plan per
+question. RL rows also keep their per-step curve (reward, searches or sub-questions) from the optimizer's history.
+
+A row is written to the results JSON (and a markdown table beside it) as soon as it is done; a rerun skips rows already
+there (``--fresh`` starts over), reuses a trained program saved under ``--runs`` and resumes a killed evaluation.
+
+Example:
+    .venv/bin/python benchmarks/bench_rl_family.py --claims search_r1,d2plan,opd --test-questions 200
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import bench_parser, write_results
+
+RUNS = Path(__file__).resolve().parent.parent / "runs" / "bench_rl_family"
+CLAIMS = ("search_r1", "d2plan", "opd")
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _trajectory_counts(records: list[Any]) -> dict[str, float]:
+    """Searches (retrieval steps) and D2Plan's planned sub-questions per question, from the evaluation records."""
+    from rolecall.optimizers.rewards.d2plan import generated_sub_questions
+    from rolecall.programs.core.trajectory import Trajectory
+
+    searches, planned = [], []
+    for record in records:
+        if record.trajectory is None:
+            searches.append(0.0)
+            continue
+        trajectory = Trajectory.from_dict(record.trajectory)
+        searches.append(float(len(trajectory.retrievals())))
+        if any(s.kind == "role" and s.role == "reasoner_plan" for s in trajectory.steps):
+            planned.append(float(generated_sub_questions(trajectory)))
+    out = {"searches_per_question": round(_mean(searches), 3)}
+    if planned:
+        out["sub_questions_per_question"] = round(_mean(planned), 3)
+    return out
+
+
+def _row(claim: str, method: str, result: Any, train_minutes: float, eval_minutes: float) -> dict[str, Any]:
+    summary = result.summary
+    calls = summary.lm_calls or 1.0
+    return {
+        "claim": claim,
+        "method": method,
+        "n": summary.n,
+        "em": summary.em,
+        "em_ci": list(summary.em_ci),
+        "f1": summary.f1,
+        "train_minutes": round(train_minutes, 2),
+        "eval_minutes": round(eval_minutes, 2),
+        "lm_calls_per_question": round(summary.lm_calls, 2),
+        "prompt_tokens_per_call": round(summary.prompt_tokens / calls, 1),
+        "parse_rates": summary.parse_rates,
+        **_trajectory_counts(result.records),
+    }
+
+
+def _curve(history: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, list[float]]:
+    """Per-step values of ``keys`` (those the optimizer logged) from its history."""
+    return {k: [round(float(r[k]), 3) for r in history if k in r] for k in keys if any(k in r for r in history)}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a markdown table."""
+    lines = [
+        "| claim | method | n | EM | EM 95% CI | F1 | train min | searches / q | sub-questions / q | LM calls / q "
+        "| prompt tokens / call |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lo, hi = r["em_ci"]
+        sub = r.get("sub_questions_per_question")
+        lines.append(
+            f"| {r['claim']} | {r['method']} | {r['n']} | {r['em']:.3f} | {lo:.2f}–{hi:.2f} | {r['f1']:.3f} "
+            f"| {r['train_minutes']:.1f} | {r['searches_per_question']:.2f} | {'' if sub is None else f'{sub:.2f}'} "
+            f"| {r['lm_calls_per_question']:.1f} | {r['prompt_tokens_per_call']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+class Bench:
+    """The shared state of one run: the data, the retriever, the results file and its rows."""
+
+    def __init__(self, args: Any) -> None:
+        from rolecall.data.synthetic import synthetic_world
+        from rolecall.retrievers.bm25 import BM25
+
+        self.args = args
+        world = synthetic_world(seed=args.seed)
+        self.train = list(world.train[: args.train_questions])
+        self.test = list(world.test[: args.test_questions])
+        self.retriever = BM25(world.corpus)
+        self.out = Path(args.out)
+        self.rows: list[dict[str, Any]] = self._earlier_rows()
+        print(f"synthetic: {len(self.train)} train / {len(self.test)} test questions, {len(world.corpus)} passages")
+
+    def _earlier_rows(self) -> list[dict[str, Any]]:
+        if self.args.fresh:
+            return []
+        try:
+            return list(json.loads(self.out.read_text(encoding="utf-8")).get("rows", []))
+        except (OSError, ValueError, AttributeError):
+            return []
+
+    def done(self, claim: str, method: str) -> bool:
+        return any(r["claim"] == claim and r["method"] == method for r in self.rows)
+
+    def record(self, row: dict[str, Any]) -> None:
+        """Add ``row`` and rewrite the results (a killed run keeps every finished row)."""
+        self.rows = [r for r in self.rows if (r["claim"], r["method"]) != (row["claim"], row["method"])] + [row]
+        order = {c: i for i, c in enumerate(CLAIMS)}
+        self.rows.sort(key=lambda r: order.get(r["claim"], len(order)))
+        print(table([row]), flush=True)
+        out = write_results({"rows": self.rows, "table": table(self.rows), "claims": claims(self.rows)}, self.args)
+        out.with_suffix(".md").write_text(table(self.rows) + "\n" + "\n".join(claims(self.rows)) + "\n")
+
+    def evaluate(self, program: Any, folder: Path) -> tuple[Any, float]:
+        """Evaluate on the test questions into ``folder/eval`` (resuming its records); returns (result, minutes)."""
+        from rolecall.evaluation import evaluate
+
+        out = folder / "eval"
+        started = time.perf_counter()
+        result = evaluate(program, self.test, num_threads=self.args.threads, output_dir=out,
+                          resume=(out / "records.jsonl").is_file())  # fmt: skip
+        return result, (time.perf_counter() - started) / 60
+
+    def trained(self, folder: Path, cls: Any, train: Any) -> tuple[Any, float, list[dict[str, Any]]]:
+        """The program saved in ``folder/program``, or ``train()``'s (program, optimizer) saved there first.
+
+        Returns the program, its training minutes and the optimizer's history (read back for a saved one).
+        """
+        from rolecall.lm import LocalLM
+
+        saved, meta = folder / "program", folder / "train.json"
+        if (saved / "program.json").is_file() and meta.is_file():
+            info = json.loads(meta.read_text(encoding="utf-8"))
+            program = cls.load(saved, retriever=self.retriever, lm=LocalLM())
+            return program, info["minutes"], info["history"]
+        started = time.perf_counter()
+        program, optimizer = train()
+        minutes = (time.perf_counter() - started) / 60
+        program.save(saved)
+        history = [{k: v for k, v in r.items() if isinstance(v, (int, float, str))} for r in optimizer.history]
+        meta.write_text(json.dumps({"minutes": minutes, "history": history}) + "\n", encoding="utf-8")
+        return program, minutes, history
+
+
+# ---------------------------------------------------------------------------------------------- the three claims
+def run_search_r1(bench: Bench) -> None:
+    """Prompt-only Search-R1 against Search-R1 trained with plain GRPO from the base."""
+    from rolecall.lm import LocalLM
+    from rolecall.optimizers import SearchR1GRPO
+    from rolecall.programs.registry import build_program, get_program_class
+
+    args, runs = bench.args, args_runs(bench) / "search_r1"
+    if not bench.done("search_r1", "prompt-only"):
+        program = build_program("search_r1", bench.retriever, LocalLM())
+        result, eval_minutes = bench.evaluate(program, runs / "prompt_only")
+        bench.record(_row("search_r1", "prompt-only", result, 0.0, eval_minutes))
+    if not bench.done("search_r1", "GRPO"):
+        folder = runs / "grpo"
+
+        def train() -> tuple[Any, Any]:
+            program = build_program("search_r1", bench.retriever, LocalLM())
+            optimizer = SearchR1GRPO(group_size=args.group_size, steps=10_000, time_budget_s=args.rl_minutes * 60,
+                                     num_threads=args.threads, output_dir=folder / "train", seed=args.seed,
+                                     show_progress=False)  # fmt: skip
+            return program.compile(optimizer=optimizer, trainset=bench.train), optimizer
+
+        program, minutes, history = bench.trained(folder, get_program_class("search_r1"), train)
+        result, eval_minutes = bench.evaluate(program, folder)
+        row = _row("search_r1", "GRPO", result, minutes, eval_minutes)
+        row["steps"] = len(history)
+        row["curve"] = _curve(
+            history, ("reward/mean", "reward/answer", "reward/format", "search_r1/searches", "time/step")
+        )
+        bench.record(row)
+
+
+def run_d2plan(bench: Bench) -> None:
+    """SFT(gold) D2Plan, then SPlanRL from it with and without the plan reward R_p."""
+    from rolecall.cli_compile import sft_from_args
+    from rolecall.lm import LocalLM
+    from rolecall.optimizers.splanrl import SPlanRL
+    from rolecall.programs.registry import build_program, get_program_class
+
+    args, runs, cls = bench.args, args_runs(bench) / "d2plan", get_program_class("d2plan")
+    sft_folder = runs / "sft"
+
+    def train_sft() -> tuple[Any, Any]:
+        program = build_program("d2plan", bench.retriever, LocalLM())
+        optimizer = sft_from_args(_sft_args(args), sft_folder / "train", show_progress=False)
+        return program.compile(optimizer=optimizer, trainset=bench.train), optimizer
+
+    sft_program, sft_minutes, _ = bench.trained(sft_folder, cls, train_sft)
+    if not bench.done("d2plan", "SFT(gold)"):
+        result, eval_minutes = bench.evaluate(sft_program, sft_folder)
+        bench.record(_row("d2plan", "SFT(gold)", result, sft_minutes, eval_minutes))
+    for method, use_plan_reward, name in (("SFT + SPlanRL", True, "splanrl"),
+                                          ("SFT + SPlanRL w/o R_p", False, "splanrl_no_rp")):  # fmt: skip
+        if bench.done("d2plan", method):
+            continue
+        folder = runs / name
+
+        def train(folder: Path = folder, use_plan_reward: bool = use_plan_reward) -> tuple[Any, Any]:
+            program = cls.load(sft_folder / "program", retriever=bench.retriever, lm=LocalLM())
+            optimizer = SPlanRL(group_size=args.group_size, steps=10_000, time_budget_minutes=args.rl_minutes,
+                                cold_start="none", use_plan_reward=use_plan_reward, num_threads=args.threads,
+                                seed=args.seed, output_dir=str(folder / "train"), show_progress=False)  # fmt: skip
+            return program.compile(optimizer=optimizer, trainset=bench.train), optimizer
+
+        program, minutes, history = bench.trained(folder, cls, train)
+        result, eval_minutes = bench.evaluate(program, folder)
+        row = _row("d2plan", method, result, sft_minutes + minutes, eval_minutes)
+        row["rl_minutes"] = round(minutes, 2)
+        row["steps"] = len(history)
+        row["curve"] = _curve(
+            history, ("reward/mean", "reward/answer", "reward/plan", "plan/sub_questions", "parse/rate", "time/step")
+        )
+        bench.record(row)
+
+
+def run_opd(bench: Bench) -> None:
+    """The SFT(gold) team, then OPD and the outcome-only ablation from it, one Teacher for both."""
+    from rolecall.cli_compile import sft_from_args
+    from rolecall.lm import LocalLM
+    from rolecall.optimizers.opd import OPD, OPDConfig
+    from rolecall.optimizers.opd_teacher import OPDTeacher
+    from rolecall.programs.registry import build_program, get_program_class
+
+    args, runs = bench.args, args_runs(bench) / "opd"
+    team_cls, cascade_cls = get_program_class("hierarchical_team"), get_program_class("cascaded_team")
+    sft_folder, teacher_folder = runs / "sft_team", runs / "teacher"
+
+    def train_sft() -> tuple[Any, Any]:
+        program = build_program("hierarchical_team", bench.retriever, LocalLM(), parameter_sharing="shared")
+        optimizer = sft_from_args(_sft_args(args), sft_folder / "train", show_progress=False)
+        return program.compile(optimizer=optimizer, trainset=bench.train), optimizer
+
+    def train_teacher() -> tuple[Any, Any]:
+        cascade = build_program("cascaded_team", bench.retriever, LocalLM(), parameter_sharing="shared")
+        sft = sft_from_args(_sft_args(args), teacher_folder / "sft", show_progress=False)
+        grpo = OPDTeacher(OPDConfig(group_size=args.group_size, teacher_steps=10_000,
+                                    teacher_minutes=args.teacher_minutes, num_threads=args.threads, seed=args.seed,
+                                    output_dir=str(teacher_folder), show_progress=False))  # fmt: skip
+        cascade = cascade.compile(optimizer=sft, trainset=bench.train)
+        return cascade.compile(optimizer=grpo, trainset=bench.train), grpo
+
+    sft_program, sft_minutes, _ = bench.trained(sft_folder, team_cls, train_sft)
+    if not bench.done("opd", "SFT(gold) team"):
+        result, eval_minutes = bench.evaluate(sft_program, sft_folder)
+        bench.record(_row("opd", "SFT(gold) team", result, sft_minutes, eval_minutes))
+    _, teacher_minutes, teacher_history = bench.trained(teacher_folder, cascade_cls, train_teacher)
+    for method, outcome_only, name in (("OPD", False, "opd"), ("outcome-only", True, "outcome_only")):
+        if bench.done("opd", method):
+            continue
+        folder = runs / name
+
+        def train(folder: Path = folder, outcome_only: bool = outcome_only) -> tuple[Any, Any]:
+            lm = LocalLM()
+            team = team_cls.load(sft_folder / "program", retriever=bench.retriever, lm=lm)
+            (adapter,) = team.adapter_roles()
+            cascade_cls.load(teacher_folder / "program", retriever=bench.retriever, lm=lm)  # its adapter, loaded
+            saved = json.loads((teacher_folder / "program" / "program.json").read_text(encoding="utf-8"))
+            (teacher_adapter,) = set(saved["adapters"].values())
+            lm.backend.copy_adapter(teacher_adapter, "opd_teacher")
+            if teacher_adapter == adapter:  # the team's own adapter name: load the team's weights back over it
+                team = team_cls.load(sft_folder / "program", retriever=bench.retriever, lm=lm)
+            optimizer = OPD(group_size=args.group_size, steps=10_000, time_budget_minutes=args.rl_minutes,
+                            train_teacher=False, outcome_only=outcome_only, num_threads=args.threads, seed=args.seed,
+                            output_dir=str(folder / "train"), show_progress=False)  # fmt: skip
+            return team.compile(optimizer=optimizer, trainset=bench.train), optimizer
+
+        program, minutes, history = bench.trained(folder, team_cls, train)
+        result, eval_minutes = bench.evaluate(program, folder)
+        row = _row("opd", method, result, sft_minutes + teacher_minutes + minutes, eval_minutes)
+        row["rl_minutes"] = round(minutes, 2)
+        row["teacher_minutes"] = round(teacher_minutes, 2)
+        row["teacher_curve"] = _curve(teacher_history, ("reward/outcome", "team/searches"))
+        row["steps"] = len(history)
+        row["curve"] = _curve(history, ("reward/outcome", "reward/leader", "team/tool_steps", "kl/teacher",
+                                        "time/step"))  # fmt: skip
+        bench.record(row)
+
+
+# ---------------------------------------------------------------------------------------------- verdicts
+def claims(rows: list[dict[str, Any]]) -> list[str]:
+    """Each claim's verdict from the rows there are (a claim whose rows are missing is left out)."""
+    by = {(r["claim"], r["method"]): r for r in rows}
+    out: list[str] = []
+
+    def em(key: tuple[str, str]) -> str:
+        r = by[key]
+        return f"{r['em']:.3f} [{r['em_ci'][0]:.2f}, {r['em_ci'][1]:.2f}]"
+
+    def verdict(ok: bool) -> str:
+        return "holds" if ok else "does NOT hold"
+
+    if {("search_r1", "prompt-only"), ("search_r1", "GRPO")} <= by.keys():
+        a, b = by["search_r1", "GRPO"], by["search_r1", "prompt-only"]
+        out.append(f"- Search-R1 GRPO beats prompt-only: {verdict(a['em'] > b['em'])} "
+                   f"(EM {em(('search_r1', 'GRPO'))} vs {em(('search_r1', 'prompt-only'))})")  # fmt: skip
+    if {("d2plan", "SFT(gold)"), ("d2plan", "SFT + SPlanRL")} <= by.keys():
+        a, b = by["d2plan", "SFT + SPlanRL"], by["d2plan", "SFT(gold)"]
+        out.append(f"- D2Plan: SFT + SPlanRL beats SFT: {verdict(a['em'] > b['em'])} "
+                   f"(EM {em(('d2plan', 'SFT + SPlanRL'))} vs {em(('d2plan', 'SFT(gold)'))})")  # fmt: skip
+    if {("d2plan", "SFT + SPlanRL"), ("d2plan", "SFT + SPlanRL w/o R_p")} <= by.keys():
+        a, b = by["d2plan", "SFT + SPlanRL w/o R_p"], by["d2plan", "SFT + SPlanRL"]
+        sa, sb = a.get("sub_questions_per_question", 0.0), b.get("sub_questions_per_question", 0.0)
+        out.append(f"- D2Plan: w/o R_p plans more sub-questions: {verdict(sa > sb)} ({sa:.2f} vs {sb:.2f} per "
+                   f"question)")  # fmt: skip
+    if {("opd", "OPD"), ("opd", "outcome-only")} <= by.keys():
+        a, b = by["opd", "OPD"], by["opd", "outcome-only"]
+        out.append(f"- OPD beats outcome-only on EM: {verdict(a['em'] > b['em'])} "
+                   f"(EM {em(('opd', 'OPD'))} vs {em(('opd', 'outcome-only'))})")  # fmt: skip
+        if ("opd", "SFT(gold) team") in by:
+            s0 = by["opd", "SFT(gold) team"]["searches_per_question"]
+            sa, sb = a["searches_per_question"], b["searches_per_question"]
+            out.append(f"- OPD Searchers keep searching, outcome-only's search count falls: "
+                       f"{verdict(sa >= sb and sb < s0)} (searches per question: start {s0:.2f}, OPD {sa:.2f}, "
+                       f"outcome-only {sb:.2f})")  # fmt: skip
+    return out
+
+
+def args_runs(bench: Bench) -> Path:
+    return Path(bench.args.runs)
+
+
+def _sft_args(args: Any) -> Any:
+    """The flags :func:`rolecall.cli_compile.sft_from_args` reads, from this script's."""
+    from argparse import Namespace
+
+    return Namespace(epochs=args.epochs, max_steps=None, learning_rate=2e-3, lr_schedule="linear", batch_size=2,
+                     grad_accum=1, budget_minutes=args.sft_minutes, threads=args.threads)  # fmt: skip
+
+
+def main() -> None:
+    parser = bench_parser(__doc__, "bench_rl_family")
+    parser.add_argument("--claims", default=",".join(CLAIMS), help=f"comma-separated, from {', '.join(CLAIMS)}")
+    parser.add_argument("--test-questions", type=int, default=200, help="held-out test questions (default 200)")
+    parser.add_argument("--train-questions", type=int, default=400, help="training questions (default 400)")
+    parser.add_argument("--sft-minutes", type=float, default=20.0, help="each SFT(gold) warm start (default 20)")
+    parser.add_argument("--epochs", type=float, default=2.0, help="SFT passes over each adapter's samples")
+    parser.add_argument("--rl-minutes", type=float, default=12.0, help="each RL row's wall-clock budget")
+    parser.add_argument("--teacher-minutes", type=float, default=8.0, help="OPD Stage I GRPO budget (after SFT)")
+    parser.add_argument("--group-size", type=int, default=5, help="rollouts per question G (papers: 5)")
+    parser.add_argument("--threads", type=int, default=16, help="questions run concurrently (default 16)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world and the optimizers")
+    parser.add_argument("--runs", type=Path, default=RUNS, help="where programs and evaluation records are written")
+    parser.add_argument("--fresh", action="store_true", help="start the results file empty")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    chosen = [c.strip() for c in args.claims.split(",") if c.strip()]
+    if set(chosen) - set(CLAIMS) or not chosen:
+        parser.error(f"--claims takes {', '.join(CLAIMS)}; got {args.claims!r}")
+
+    from rolecall.utils.logs import quiet_repeated_warnings
+
+    quiet_repeated_warnings()
+    bench = Bench(args)
+    runners = {"search_r1": run_search_r1, "d2plan": run_d2plan, "opd": run_opd}
+    for claim in chosen:
+        print(f"== {claim}", flush=True)
+        runners[claim](bench)
+    print(table(bench.rows))
+    print("\n".join(claims(bench.rows)))
+
+
+if __name__ == "__main__":
+    main()
