@@ -178,7 +178,7 @@ def run_search_r1(bench: Bench) -> None:
     from rolecall.optimizers import SearchR1GRPO
     from rolecall.programs.registry import build_program, get_program_class
 
-    args, runs = bench.args, args_runs(bench) / "search_r1"
+    args, runs = bench.args, bench.args.runs / "search_r1"
     if not bench.done("search_r1", "prompt-only"):
         program = build_program("search_r1", bench.retriever, LocalLM())
         result, eval_minutes = bench.evaluate(program, runs / "prompt_only")
@@ -210,7 +210,7 @@ def run_d2plan(bench: Bench) -> None:
     from rolecall.optimizers.splanrl import SPlanRL
     from rolecall.programs.registry import build_program, get_program_class
 
-    args, runs, cls = bench.args, args_runs(bench) / "d2plan", get_program_class("d2plan")
+    args, runs, cls = bench.args, bench.args.runs / "d2plan", get_program_class("d2plan")
     sft_folder = runs / "sft"
 
     def train_sft() -> tuple[Any, Any]:
@@ -251,10 +251,10 @@ def run_opd(bench: Bench) -> None:
     from rolecall.cli_compile import sft_from_args
     from rolecall.lm import LocalLM
     from rolecall.optimizers.opd import OPD, OPDConfig
-    from rolecall.optimizers.opd_teacher import OPDTeacher
+    from rolecall.optimizers.opd_teacher import OPDTeacher, load_teacher
     from rolecall.programs.registry import build_program, get_program_class
 
-    args, runs = bench.args, args_runs(bench) / "opd"
+    args, runs = bench.args, bench.args.runs / "opd"
     team_cls, cascade_cls = get_program_class("hierarchical_team"), get_program_class("cascaded_team")
     sft_folder, teacher_folder = runs / "sft_team", runs / "teacher"
 
@@ -284,14 +284,8 @@ def run_opd(bench: Bench) -> None:
 
         def train(folder: Path = folder, outcome_only: bool = outcome_only) -> tuple[Any, Any]:
             lm = LocalLM()
+            load_teacher(lm, teacher_folder / "program")  # first: the team's own adapter may share its name
             team = team_cls.load(sft_folder / "program", retriever=bench.retriever, lm=lm)
-            (adapter,) = team.adapter_roles()
-            cascade_cls.load(teacher_folder / "program", retriever=bench.retriever, lm=lm)  # its adapter, loaded
-            saved = json.loads((teacher_folder / "program" / "program.json").read_text(encoding="utf-8"))
-            (teacher_adapter,) = set(saved["adapters"].values())
-            lm.backend.copy_adapter(teacher_adapter, "opd_teacher")
-            if teacher_adapter == adapter:  # the team's own adapter name: load the team's weights back over it
-                team = team_cls.load(sft_folder / "program", retriever=bench.retriever, lm=lm)
             optimizer = OPD(group_size=args.group_size, steps=10_000, time_budget_minutes=args.rl_minutes,
                             train_teacher=False, outcome_only=outcome_only, num_threads=args.threads, seed=args.seed,
                             output_dir=str(folder / "train"), show_progress=False)  # fmt: skip
@@ -346,10 +340,6 @@ def claims(rows: list[dict[str, Any]]) -> list[str]:
                        f"{verdict(sa >= sb and sb < s0)} (searches per question: start {s0:.2f}, OPD {sa:.2f}, "
                        f"outcome-only {sb:.2f})")  # fmt: skip
     return out
-
-
-def args_runs(bench: Bench) -> Path:
-    return Path(bench.args.runs)
 
 
 def _sft_args(args: Any) -> Any:

@@ -4,7 +4,6 @@ and the run's size, the way ``rolecall compile`` and the benchmarks build them (
 
 from __future__ import annotations
 
-import json
 from argparse import Namespace
 from pathlib import Path
 from typing import Any
@@ -165,15 +164,11 @@ def bootstrap_fewshot(row: Row, program: Any, trainset: list[Any]) -> Any:
 
 
 def attach_teacher(lm: Any, teacher_dir: Path) -> str:
-    """Load the Teacher row's saved cascaded team into ``lm`` and copy its shared adapter to ``opd_teacher``, the
-    adapter OPD's Stage II reads π_T from (``train_teacher=False``). Returns the Teacher's own adapter name."""
-    from rolecall.programs.registry import get_program_class
+    """Load the Teacher row's saved cascaded team into ``lm`` as ``opd_teacher``, the adapter OPD's Stage II reads π_T
+    from (``train_teacher=False``). Returns the Teacher's own adapter name."""
+    from rolecall.optimizers.opd_teacher import load_teacher
 
-    get_program_class("cascaded_team").load(teacher_dir, lm=lm)  # loads its adapter into the shared model
-    saved = json.loads((teacher_dir / "program.json").read_text(encoding="utf-8"))
-    (adapter,) = set(saved["adapters"].values())
-    lm.backend.copy_adapter(adapter, "opd_teacher")
-    return adapter
+    return load_teacher(lm, teacher_dir)
 
 
 def steps_of(optimizer: Any) -> dict[str, int]:

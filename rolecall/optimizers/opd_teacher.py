@@ -25,6 +25,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -48,12 +49,33 @@ from rolecall.programs.team.program import CascadedTeam
 if TYPE_CHECKING:
     from rolecall.optimizers.opd import OPDConfig
 
-__all__ = ["OPDTeacher", "answerer_samples", "completion_logps", "role_samples", "team_sampling", "with_advantage"]
+__all__ = [
+    "OPDTeacher",
+    "answerer_samples",
+    "completion_logps",
+    "load_teacher",
+    "role_samples",
+    "team_sampling",
+    "with_advantage",
+]
 
 logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------- shared helpers
+def load_teacher(lm: Any, path: str | Path, teacher_adapter: str = "opd_teacher") -> str:
+    """Load a CascadedTeam saved by ``Program.save`` (a Stage I run) into ``lm`` and copy its shared adapter to
+    ``teacher_adapter``, the frozen π_T that ``OPD(train_teacher=False)`` reads.
+
+    Returns the cascade's own adapter name. When the student's adapter has that name (both default to ``"team"``), the
+    cascade's weights replaced it: load the student after this call.
+    """
+    cascade = CascadedTeam.load(path, lm=lm)
+    (adapter,) = cascade.adapter_roles()
+    lm.backend.copy_adapter(adapter, teacher_adapter)
+    return adapter
+
+
 def role_samples(trajectory: Trajectory, lm: Any, role: str, adapter_of: Callable[[str], str]) -> list[TrainingSample]:
     """One sample per recorded call of ``role`` (unparsed ones kept: the -1 format reward must reach them), each on
     the exact messages it saw; the passages of a Searcher turn are in its prompt, so they carry no loss."""

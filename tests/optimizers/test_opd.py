@@ -20,7 +20,7 @@ from rolecall.optimizers import OPD, OPDConfig
 from rolecall.optimizers.core.trainer import AdapterTrainer
 from rolecall.optimizers.mapgrpo_roles import GoldRecord
 from rolecall.optimizers.opd import evaluate_avg_pass_at_k
-from rolecall.optimizers.opd_teacher import OPDTeacher, answerer_samples, role_samples
+from rolecall.optimizers.opd_teacher import OPDTeacher, answerer_samples, load_teacher, role_samples
 from rolecall.optimizers.rewards.team import TeamRewards, hierarchical_team_rewards, role_advantages
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.programs.team.base import TeamProgram
@@ -402,3 +402,27 @@ def test_a_passed_in_teacher_is_copied_frozen_and_the_student_starts_from_the_ba
     teacher = _weights(lm, "opd_teacher")
     assert all(torch.equal(teacher[n.replace(".team.", ".opd_teacher.")], p) for n, p in trained.items())
     assert all(float(p.abs().sum()) == 0 for n, p in _weights(lm, "team").items() if "lora_B" in n)
+
+
+def test_load_teacher_copies_a_saved_cascade_into_the_teacher_adapter(world, tiny_model, smollm_tokenizer, tmp_path):
+    """A saved Stage I cascade becomes ``opd_teacher``: its saved weights, not the ones the LM holds under the same
+    adapter name ("team", the student's default too) when it is loaded."""
+    lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=8)
+    cascade = CascadedTeam(BM25(world.corpus), lm=lm, parameter_sharing="shared")
+    lm.backend.ensure_adapter("team")
+
+    def perturb() -> None:
+        with torch.no_grad():
+            for name, p in lm.hf_model.named_parameters():
+                if ".team." in name and "lora_B" in name:
+                    p.normal_(0.0, 0.1)
+
+    perturb()
+    saved = _weights(lm, "team")
+    cascade.save(tmp_path / "teacher")
+    perturb()  # the LM's "team" now differs from the saved Teacher
+
+    assert load_teacher(lm, tmp_path / "teacher") == "team"
+    copied = {n.replace(".opd_teacher.", ".team."): w for n, w in _weights(lm, "opd_teacher").items()}
+    assert copied.keys() == saved.keys()
+    assert all(torch.equal(w, saved[n]) for n, w in copied.items())
