@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rolecall.cli import DEFAULT_DATA_PATHS, _add_common, _build_retriever, _existing, _HelpFormatter, _split_of
-from rolecall.errors import ConfigError
+from rolecall.errors import ConfigError, RolecallError
 from rolecall.programs.registry import get_program_class, option_names, parse_program_options, program_names
 
 __all__ = [
@@ -19,10 +19,12 @@ __all__ = [
     "add_training_arguments",
     "build_optimizers",
     "check_chain",
+    "check_from",
     "cmd_compile",
     "opd_from_args",
     "sft_from_args",
     "splanrl_from_args",
+    "start_program",
 ]
 
 APPLIES_TO: dict[str, tuple[str, ...]] = {
@@ -85,8 +87,13 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME[,NAME]",
         help="the weight optimizer, or a chain of them: sft, sft,mapgrpo, sft,grpo, mapgrpo (opera), grpo "
         "(opera, search_r1), stride_ft, "
-        "sft,stride_ft (stride), multitask_sft (reap), opd (hierarchical_team) (default: %(default)s)",
+        "sft,stride_ft (stride), multitask_sft (reap), opd (hierarchical_team), splanrl, sft,splanrl (d2plan) "
+        "(default: %(default)s)",
     )
+    p.add_argument("--from", dest="from_dir", type=Path, default=None, metavar="DIR",
+                   help="start from a program saved by `rolecall compile` (its adapters, demos and options) instead "
+                   "of the untrained one: training continues from it, and --optimizer splanrl skips its own cold "
+                   "start (the saved program is the warm start); -o cannot be given with it")  # fmt: skip
     p.add_argument("--rl-minutes", type=float, default=15.0, help="MAPGRPO / GRPO wall-clock budget (default: 15)")
     p.add_argument("--group-size", type=int, default=4, help="RL group size G, c_best included (default: 4)")
     p.add_argument("--num-plans", type=int, default=8, help="stride_ft: plans sampled per question (default: 8)")
@@ -139,7 +146,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from rolecall.lm.embedded import DEFAULT_LM
     from rolecall.lm.local import LocalLM
     from rolecall.optimizers.core import distributed
-    from rolecall.programs.registry import build_program
 
     chain, rl = check_chain(args)
     options = parse_program_options(args.program, args.option)
@@ -164,7 +170,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         lm = LocalLM(args.model or DEFAULT_LM)
     if "top_k" not in options and "top_k" in option_names(get_program_class(args.program)):
         options["top_k"] = args.k
-    program = build_program(args.program, _build_retriever("bm25", corpus, args.k), lm, **options)
+    program = start_program(args, _build_retriever("bm25", corpus, args.k), lm, options)
     started = time.perf_counter()
     program.compile(optimizer=optimizers if len(optimizers) > 1 else optimizers[0], trainset=trainset)
     if not distributed.is_main_process():  # the adapters are identical on every process: the main one saves
@@ -184,7 +190,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if rl == ["splanrl"]:
         from rolecall.demo import plot_training_curve
 
-        if "sft" not in chain:
+        if "sft" not in chain and args.from_dir is None:
             print(f"cold start loss curve: {args.out / 'splanrl' / 'cold_start' / 'loss.png'}")
         if plot_training_curve(args.out / "splanrl" / "metrics.jsonl", args.out / "rewards.png"):
             print(f"reward curves: {args.out / 'rewards.png'}")
@@ -229,7 +235,49 @@ def check_chain(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.rl_minutes <= 0:
         raise ConfigError(f"--rl-minutes must be > 0, got {args.rl_minutes}")
+    check_from(args)
     return chain, rl
+
+
+def check_from(args: argparse.Namespace) -> None:
+    """``--from DIR`` must hold a saved program of ``--program``'s class, and comes without ``-o`` options.
+
+    Raises:
+        ConfigError: DIR holds no saved program, one of another program, or ``-o`` was given too.
+    """
+    from rolecall.programs.core.saving import read_payload
+
+    folder = getattr(args, "from_dir", None)
+    if folder is None:
+        return
+    try:
+        saved = read_payload(Path(folder)).get("program")
+    except RolecallError as err:
+        raise ConfigError(f"--from {folder}: {err}") from err
+    cls = get_program_class(args.program)
+    if saved != f"{cls.__module__}.{cls.__qualname__}":
+        names = [n for n in program_names() if _qualified(get_program_class(n)) == saved]
+        fix = f"pass --program {names[0]}" if names else "pass the folder of a saved program"
+        raise ConfigError(f"--from {folder} holds a {saved} program, not --program {args.program}; {fix}")
+    if getattr(args, "option", None):
+        dropped = " -o ".join(args.option)
+        raise ConfigError(f"--from {folder}: the program's options come from its program.json; drop -o {dropped}, "
+                          "or train from the untrained program without --from")  # fmt: skip
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def start_program(args: argparse.Namespace, retriever: Any, lm: Any, options: dict[str, Any]) -> Any:
+    """The program training starts from: the one saved in ``--from DIR`` (its adapters loaded into ``lm``), else
+    ``--program`` built with ``options``."""
+    from rolecall.programs.registry import build_program
+
+    folder = getattr(args, "from_dir", None)
+    if folder is not None:
+        return get_program_class(args.program).load(folder, retriever=retriever, lm=lm)
+    return build_program(args.program, retriever, lm, **options)
 
 
 def build_optimizers(args: argparse.Namespace, chain: list[str], rl: list[str]) -> list[Any]:
@@ -269,7 +317,8 @@ def build_optimizers(args: argparse.Namespace, chain: list[str], rl: list[str]) 
         optimizers.append(sft_from_args(args, args.out, resume=args.resume, show_progress=not args.no_progress,
                                         cls=MultiTaskSFT))  # fmt: skip
     elif rl == ["splanrl"]:
-        optimizers.append(splanrl_from_args(args, cold_start="none" if "sft" in chain else "self"))
+        warm = "sft" in chain or getattr(args, "from_dir", None) is not None
+        optimizers.append(splanrl_from_args(args, cold_start="none" if warm else "self"))
     elif rl == ["opd"]:
         optimizers.append(opd_from_args(args))
     if getattr(args, "config", None) is not None:

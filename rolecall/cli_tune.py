@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rolecall.cli import DEFAULT_DATA_PATHS, _add_common, _build_retriever, _existing, _HelpFormatter, _split_of
-from rolecall.cli_compile import add_training_arguments, build_optimizers, check_chain
+from rolecall.cli_compile import add_training_arguments, build_optimizers, check_chain, start_program
 from rolecall.errors import ConfigError
 from rolecall.programs.registry import get_program_class, option_names, parse_program_options
 
@@ -35,7 +35,9 @@ def add_tune_parser(sub: Any) -> None:
         "trial (after a SIGKILL too; a trial that was running is retried). --trials counts the study's finished\n"
         "trials, earlier runs' included.\n\n"
         "Writes OUT/best_config.json (for `rolecall compile --config`), OUT/trials.json, OUT/plots/*.png\n"
-        "(history, importances, slice, intermediate) and OUT/trials/<n>/ (each trial's training output).\n\n"
+        "(history, importances, slice, intermediate) and OUT/trials/<n>/ (each trial's training output).\n"
+        "Trial 0 of a new TPE or random study runs the optimizer's defaults (the paper's values; --no-defaults-trial\n"
+        "skips it), and the summary compares the best trial with it.\n\n"
         "Search flags: --param NAME=float:LOW:HIGH[:log][:step=S] | int:LOW:HIGH[:log][:step=S] | cat:A,B,C and\n"
         "--simplex GROUP=F1,F2,...[@TOTAL] (fields GROUP.F1, ...) or F1,F2,... (top-level fields). With a chain,\n"
         "prefix the fields with the optimizer: --simplex mapgrpo.rewrite_weights=retrieval,format.",
@@ -64,6 +66,9 @@ def add_tune_parser(sub: Any) -> None:
     search.add_argument("--trials", type=int, default=None, metavar="N",
                         help="finished trials the study should have (default: 20; grid: the whole grid)")  # fmt: skip
     search.add_argument("--timeout-minutes", type=float, default=None, help="stop starting trials after this long")
+    search.add_argument("--defaults-trial", action=argparse.BooleanOptionalAction, default=None,
+                        help="a new study's first trial runs the optimizer's defaults (the paper's values), so the "
+                        "best trial is compared with them (default: on for tpe and random, off for grid)")  # fmt: skip
     prune = p.add_argument_group("scoring and pruning")
     prune.add_argument("--dev-limit", type=int, default=50, metavar="N",
                        help="dev questions each trial is scored on (default: %(default)s)")  # fmt: skip
@@ -129,7 +134,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     objective = Objective(program_factory=_program_factory(args, corpus, options), optimizers=templates, space=space,
                           trainset=trainset, devset=devset, base_config=base, grid=args.sampler == "grid",
                           eval_every=args.eval_every, metric=args.metric, output_dir=args.out,
-                          num_threads=args.threads)  # fmt: skip
+                          num_threads=args.threads, reset=args.from_dir is None)  # fmt: skip
+    defaults = _defaults_params(args, objective, space)
     storage = args.storage or args.out / "study.db"
     study = open_study(storage, study_name=args.study_name, sampler=sampler, pruner=pruner,
                        heartbeat_interval=args.heartbeat_seconds)  # fmt: skip
@@ -139,7 +145,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(f"study {args.study_name!r} in {storage}")
     try:
         result = tune(objective, study, n_trials=n_trials, output_dir=args.out, plots=not args.no_plots,
-                      timeout_s=args.timeout_minutes * 60 if args.timeout_minutes else None)  # fmt: skip
+                      timeout_s=args.timeout_minutes * 60 if args.timeout_minutes else None,
+                      defaults=defaults)  # fmt: skip
     except KeyboardInterrupt:
         print(f"interrupted; finished trials are kept in {storage}: rerun the same command to resume")
         return 130
@@ -161,12 +168,29 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ConfigError("--prune-below is the threshold of --pruner threshold; add --pruner threshold")
 
 
+def _defaults_params(args: argparse.Namespace, objective: Any, space: Any) -> dict[str, Any] | None:
+    """The Optuna parameters of the defaults trial (None when ``--no-defaults-trial`` or a grid study)."""
+    wanted = args.defaults_trial if args.defaults_trial is not None else args.sampler != "grid"
+    if not wanted:
+        return None
+    if args.sampler == "grid":
+        raise ConfigError("--defaults-trial: a grid study runs every grid point, the defaults' among them when they "
+                          "lie on the grid; drop --defaults-trial or use --sampler tpe")  # fmt: skip
+    values = objective.default_values()
+    try:
+        return space.trial_params(values)
+    except ConfigError as err:
+        raise ConfigError(f"the defaults trial cannot run: {err}. Pass --no-defaults-trial to search without "
+                          "it") from err  # fmt: skip
+
+
 def _check_same_search(study: Any, args: argparse.Namespace, chain: list[str]) -> None:
     """Records what the study searches when it is new; a resumed study must search the same thing."""
     settings = {"program": args.program, "optimizer": ",".join(chain), "dataset": args.dataset,
                 "param": sorted(args.param), "simplex": sorted(args.simplex), "sampler": args.sampler,
                 "grid_step": args.grid_step if args.sampler == "grid" else None, "metric": args.metric,
-                "config": str(args.config) if args.config is not None else None}  # fmt: skip
+                "config": str(args.config) if args.config is not None else None,
+                "from": str(args.from_dir) if args.from_dir is not None else None}  # fmt: skip
     saved = study.user_attrs.get("settings")
     if saved is None:
         study.set_user_attr("settings", settings)
@@ -203,7 +227,6 @@ def _load_data(args: argparse.Namespace) -> tuple[list[Any], list[Any], list[Any
 def _program_factory(args: argparse.Namespace, corpus: list[Any], options: dict[str, Any]) -> Any:
     """A factory of fresh programs for the trials; the LM and the retriever load once, at its first call."""
     from rolecall.lm.embedded import DEFAULT_LM
-    from rolecall.programs.registry import build_program
 
     if "top_k" not in options and "top_k" in option_names(get_program_class(args.program)):
         options = {**options, "top_k": args.k}
@@ -220,7 +243,7 @@ def _program_factory(args: argparse.Namespace, corpus: list[Any], options: dict[
 
                 loaded["lm"] = LocalLM(args.model or DEFAULT_LM)
             loaded["retriever"] = _build_retriever("bm25", corpus, args.k)
-        return build_program(args.program, loaded["retriever"], loaded["lm"], **options)
+        return start_program(args, loaded["retriever"], loaded["lm"], options)
 
     return build
 
@@ -234,10 +257,14 @@ def _print_results(result: Any, args: argparse.Namespace, storage: Path) -> None
     print(f"\nstudy {study.study_name!r} ({storage}): {len(trials)} trials, "
           + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + f"; {result.ran} run now")  # fmt: skip
     print(f"{'#':>4}  {'state':<9} {'dev ' + args.metric:>8}  config")
+    base = None
     for t in trials:
         value = f"{t.value:.4f}" if t.value is not None else "-"
         fields = _flat(t.user_attrs.get("config") or {})
         shown = " ".join(f"{k}={_short(v)}" for k, v in fields.items())
+        if t.user_attrs.get("defaults"):
+            shown += "  (defaults)"
+            base = t
         print(f"{t.number:>4}  {t.state.name:<9} {value:>8}  {shown}")
     written = result.written
     if result.best_config is None:
@@ -245,6 +272,9 @@ def _print_results(result: Any, args: argparse.Namespace, storage: Path) -> None
     else:
         best = study.best_trial
         print(f"best: trial {best.number}, dev {args.metric} {best.value:.4f}")
+        if base is not None and base.value is not None:
+            print(f"defaults: trial {base.number}, dev {args.metric} {base.value:.4f} (best - defaults: "
+                  f"{best.value - base.value:+.4f})")  # fmt: skip
         print(f"best config: {written['best_config']}\n  compile it: rolecall compile --program {args.program} "
               f"--optimizer {args.optimizer} --config {written['best_config']} --out DIR")  # fmt: skip
     print(f"trials: {written['trials']}")

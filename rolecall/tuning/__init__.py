@@ -26,6 +26,7 @@ from rolecall.tuning.space import (
     parse_simplex,
     simplex_grid,
     stick_breaking,
+    unstick,
 )
 from rolecall.tuning.study import PrunerName, SamplerName, finished_trials, make_pruner, make_sampler, open_study
 
@@ -40,6 +41,7 @@ __all__ = [
     "parse_simplex",
     "simplex_grid",
     "stick_breaking",
+    "unstick",
     # study
     "open_study",
     "make_sampler",

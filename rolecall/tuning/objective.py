@@ -141,6 +141,30 @@ class Objective:
             sections[name] = _merge(sections.get(name, {}), fields)
         return sections
 
+    def default_values(self) -> dict[str, Any]:
+        """Each searched dotted field's value when the study does not set it: the optimizer's default (the paper's
+        value) or the base config's. Enqueued as a study's first trial, it puts the defaults in the same table as the
+        searched points.
+
+        Raises:
+            ConfigError: If a searched field does not name a config field of the chain.
+        """
+        configs = {name: optimizer_config(o) for name, o in self.build_chain(self.base_config).items()}
+        out: dict[str, Any] = {}
+        for name in self.space.names:
+            ((section, fields),) = config_sections({name: None}, list(self.optimizers)).items()
+            node: Any = configs[section]
+            while isinstance(fields, Mapping):
+                ((key, fields),) = fields.items()
+                if isinstance(node, Mapping) and key in node:
+                    node = node[key]
+                elif hasattr(node, key):
+                    node = getattr(node, key)
+                else:
+                    raise ConfigError(f"{name}: {type(node).__name__} has no field {key!r}")
+            out[name] = node
+        return out
+
     def build_chain(self, config: Mapping[str, Mapping[str, Any]], number: int | None = None) -> dict[str, Any]:
         """The trial's optimizers: each template with its config fields, writing under the trial's folder."""
         chain = {}

@@ -41,6 +41,7 @@ def summarize(study: optuna.Study) -> dict[str, Any]:
             "intermediate_values": {str(k): v for k, v in sorted(t.intermediate_values.items())},
             "duration_s": duration,
             "retry_of": t.system_attrs.get("failed_trial"),
+            "defaults": bool(t.user_attrs.get("defaults", False)),
         })  # fmt: skip
     states: dict[str, int] = {}
     for t in trials:
@@ -50,11 +51,13 @@ def summarize(study: optuna.Study) -> dict[str, Any]:
     if best is not None:
         config = best.user_attrs.get("config")
         top = {"number": best.number, "value": best.value, "params": best.params, "config": config}
+    base = next((t for t in trials if t["defaults"]), None)
     return {
         "study": study.study_name,
         "direction": study.direction.name.lower(),
         "states": states,
         "best": top,
+        "defaults": None if base is None else {k: base[k] for k in ("number", "state", "value", "params", "config")},
         "trials": trials,
     }
 

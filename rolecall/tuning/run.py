@@ -13,7 +13,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ def tune(
     timeout_s: float | None = None,
     output_dir: str | Path | None = None,
     plots: bool = True,
+    defaults: Mapping[str, Any] | None = None,
 ) -> TuneResult:
     """Runs trials until the study has ``n_trials`` finished ones (or ``timeout_s`` passes, or a grid is done).
 
@@ -63,6 +64,10 @@ def tune(
         timeout_s: Stop starting trials after this many seconds (None: no limit).
         output_dir: Where ``trials.json``, ``best_config.json`` and ``plots/`` go (None: nothing written).
         plots: Draw the plots (:mod:`rolecall.tuning.plots`).
+        defaults: The Optuna parameters of the optimizer's defaults (:meth:`SearchSpace.trial_params` of
+            :meth:`Objective.default_values`): a new study runs them as its first trial, marked ``defaults``, so the
+            best trial is compared with the paper's values on the same dev questions. Ignored when the study already
+            has trials.
 
     Raises:
         ConfigError: If ``n_trials`` < 1 or ``timeout_s`` <= 0.
@@ -71,6 +76,8 @@ def tune(
         raise ConfigError(f"n_trials must be >= 1; got {n_trials}")
     if timeout_s is not None and not timeout_s > 0:
         raise ConfigError(f"timeout_s must be > 0 seconds or None; got {timeout_s}")
+    if defaults is not None and not study.get_trials(deepcopy=False):
+        study.enqueue_trial(dict(defaults), user_attrs={"defaults": True})
     before = _ended(study)
     remaining = n_trials - len(finished_trials(study))
     if remaining > 0:

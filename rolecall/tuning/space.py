@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ __all__ = [
     "parse_simplex",
     "simplex_grid",
     "stick_breaking",
+    "unstick",
 ]
 
 GRID_DECIMALS = 10
@@ -186,6 +187,28 @@ def stick_breaking(u: Sequence[float], total: float = 1.0) -> list[float]:
     return weights
 
 
+def unstick(weights: Sequence[float], total: float = 1.0) -> list[float]:
+    """The k - 1 stick-breaking parameters that give ``weights`` back (the inverse of :func:`stick_breaking`).
+
+    Raises:
+        ConfigError: If a weight is negative or the weights do not sum to ``total``.
+
+    Example:
+        >>> [round(u, 4) for u in unstick([0.5, 0.25, 0.25])]
+        [0.75, 0.5]
+    """
+    k = len(weights)
+    if k < 2 or any(w < 0 for w in weights) or not math.isclose(sum(weights), total, rel_tol=1e-6, abs_tol=1e-9):
+        raise ConfigError(f"weights {list(weights)} are not a point of the simplex: they must be >= 0 and sum to "
+                          f"{total:g} (they sum to {sum(weights):g})")  # fmt: skip
+    u, rest = [], float(total)
+    for i, w in enumerate(weights[:-1]):
+        share = min(max(w / rest, 0.0), 1.0) if rest > 0 else 0.0
+        u.append(1.0 - (1.0 - share) ** (k - 1 - i))
+        rest -= w
+    return u
+
+
 def simplex_grid(k: int, step: float, total: float = 1.0) -> list[tuple[float, ...]]:
     """Every k-tuple of non-negative multiples of ``step`` summing to ``total`` (C(n + k - 1, k - 1) of them, n =
     total / step).
@@ -236,6 +259,45 @@ class SearchSpace:
         for simplex in self.simplexes:
             values.update(simplex.suggest_grid(trial, self.grid_step) if grid else simplex.suggest(trial))
         return values
+
+    def trial_params(self, values: Mapping[str, Any], *, grid: bool = False) -> dict[str, Any]:
+        """The Optuna parameters of the trial whose dotted config fields are ``values`` (for
+        ``study.enqueue_trial``): params as they are, simplex groups as their stick-breaking parameters (grid mode:
+        their grid point).
+
+        Raises:
+            ConfigError: If a field is missing, a value is outside its param's range or choices, or a simplex group's
+                values are not a point of it (grid mode: not a point of its grid).
+        """
+        missing = [k for k in self.names if k not in values]
+        if missing:
+            raise ConfigError(f"no value for the searched fields {missing}")
+        out: dict[str, Any] = {}
+        for p in self.params:
+            value = values[p.name]
+            if isinstance(p, CategoricalParam):
+                if value not in p.choices:
+                    raise ConfigError(f"{p.name} = {value!r} is not one of the searched choices {list(p.choices)}")
+            elif not (isinstance(value, int | float) and p.low <= value <= p.high):
+                raise ConfigError(f"{p.name} = {value!r} is outside the searched range [{p.low:g}, {p.high:g}]; "
+                                  "widen the --param range to include it")  # fmt: skip
+            out[p.name] = value
+        for s in self.simplexes:
+            weights = [float(values[k]) for k in s.keys]
+            if grid:
+                text = _point_text(tuple(round(w, GRID_DECIMALS) for w in weights))
+                choices = [_point_text(q) for q in simplex_grid(len(s.fields), self.grid_step, s.total)]
+                if text not in choices:
+                    raise ConfigError(f"simplex {s.label}: ({text}) is not a point of its grid (step "
+                                      f"{self.grid_step:g})")  # fmt: skip
+                out[s.label] = text
+            else:
+                try:
+                    u = unstick(weights, s.total)
+                except ConfigError as err:
+                    raise ConfigError(f"simplex {s.label}: {err}") from err
+                out.update({f"stick:{key}": ui for key, ui in zip(s.keys[:-1], u, strict=True)})
+        return out
 
     def corners(self, *, grid: bool = False) -> list[dict[str, Any]]:
         """Two points of the space as dotted config fields: every param at its low end (first choice), then at its

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 
 from rolecall.cli import main
 
@@ -66,8 +67,12 @@ def test_tune_then_compile_with_the_best_config(model_dir, tmp_path, capsys):
     assert "2 trials, 2 complete" in printed and f"best config: {out / 'best_config.json'}" in printed
     best = json.loads((out / "best_config.json").read_text())
     assert list(best) == ["sft"] and list(best["sft"]) == ["learning_rate"]
-    trials = json.loads((out / "trials.json").read_text())["trials"]
+    summary = json.loads((out / "trials.json").read_text())
+    trials = summary["trials"]
     assert [t["state"] for t in trials] == ["COMPLETE", "COMPLETE"] and all(t["intermediate_values"] for t in trials)
+    # trial 0 runs SFT's default learning rate, and the summary compares the best trial with it
+    assert [t["defaults"] for t in trials] == [True, False] and trials[0]["params"] == {"learning_rate": 2e-3}
+    assert summary["defaults"]["number"] == 0 and "(defaults)" in printed and "best - defaults: " in printed
     assert main(_tune_argv(model_dir, out, "--trials", "2")) == 0  # rerun: resumed, nothing left to do
     assert "2 trials, 2 complete; 0 run now" in capsys.readouterr().out
     assert main(_tune_argv(model_dir, out, "--trials", "2", "--metric", "f1")) == 1  # another search: refused
@@ -135,3 +140,58 @@ def _states(path: Path) -> list[str]:
     except (KeyError, sqlalchemy.exc.OperationalError):  # the study or its tables are not created yet
         return []
     return [t.state.name for t in study.get_trials(deepcopy=False)]
+
+
+def test_compile_and_tune_from_a_saved_program(model_dir, tmp_path, capsys):
+    """``--from DIR`` starts training from a saved program's adapters (with a learning rate of ~0 they come back as
+    they were, not at the identity), and a tune study starts every trial from them."""
+    from safetensors.torch import load_file
+
+    first = tmp_path / "first"
+    common = ["--program", "single_step_rag", "--model", str(model_dir), "--limit", "2", "--max-steps", "1",
+              "--threads", "2", "--no-progress"]  # fmt: skip
+    assert main(["compile", *common, "--out", str(first)]) == 0
+    again = tmp_path / "again"
+    assert main(["compile", *common, "--learning-rate", "1e-7", "--from", str(first), "--out", str(again)]) == 0
+    before = load_file(first / "adapters" / "answer" / "adapter_model.safetensors")
+    after = load_file(again / "adapters" / "answer" / "adapter_model.safetensors")
+    lora_b = [k for k in before if "lora_B" in k]
+    assert lora_b and any(before[k].abs().sum() > 0 for k in lora_b)  # the first compile trained: B left 0
+    assert all(torch.allclose(before[k], after[k], atol=1e-5) for k in before)  # the second started from it
+    capsys.readouterr()
+
+    out = tmp_path / "tune"
+    argv = _tune_argv(model_dir, out, "--trials", "1", "--no-plots", "--from", str(first))
+    assert main(argv) == 0 and "1 trials, 1 complete" in capsys.readouterr().out
+    assert main([*argv[:-2], "--from", str(again)]) == 1  # a resumed study starts from the same program
+    assert "was run with from=" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--from", "{tmp}/nothing"], "program.json does not exist"),
+    (["--from", "{saved}", "--program", "opera"], "pass --program single_step_rag"),
+    (["--from", "{saved}", "-o", "top_k=3"], "drop -o top_k=3"),
+])  # fmt: skip
+def test_a_bad_from_fails_in_one_line_before_anything_loads(tmp_path, monkeypatch, capsys, extra, message):
+    from rolecall.programs.core.saving import STATE_FILE
+
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / STATE_FILE).write_text(json.dumps({"program": "rolecall.programs.baselines.direct.SingleStepRAG"}))
+    monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
+    extra = [e.format(tmp=tmp_path, saved=saved) for e in extra]
+    program = ["--program", "single_step_rag"] if "--program" not in extra else []
+    assert main(["compile", *program, *extra, "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rolecall compile: error: --from ") and message in err and "Traceback" not in err
+
+
+def test_splanrl_from_a_saved_program_skips_its_cold_start(tmp_path):
+    from rolecall.cli import build_parser
+    from rolecall.cli_compile import build_optimizers
+
+    args = build_parser().parse_args(["compile", "--program", "d2plan", "--optimizer", "splanrl", "--from",
+                                      str(tmp_path), "--out", str(tmp_path / "o")])  # fmt: skip
+    assert build_optimizers(args, ["splanrl"], ["splanrl"])[0].splanrl_config.cold_start == "none"
+    args.from_dir = None
+    assert build_optimizers(args, ["splanrl"], ["splanrl"])[0].splanrl_config.cold_start == "self"

@@ -131,3 +131,22 @@ def test_a_space_field_the_optimizer_lacks_fails_before_any_trial(world):
     with pytest.raises(ConfigError, match="learning_rate must be a float in"):
         Objective(program_factory=pytest.fail, optimizers={"sft": SFT()}, space=out_of_range, trainset=world.train,
                   devset=world.dev)  # fmt: skip
+
+
+def test_default_values_are_the_optimizers_defaults_and_the_base_config():
+    """What the defaults trial runs: the paper's values (OPERA's plan weights, D2Plan's alpha), the base config's where
+    it sets a searched field, in a chain too."""
+    from rolecall.optimizers.splanrl import SPlanRL, SPlanRLConfig
+
+    plan = SearchSpace(simplexes=(Simplex("mapgrpo.plan_weights", ("logic", "execution")),),
+                       params=(FloatParam("sft.learning_rate", 1e-4, 1e-2),))  # fmt: skip
+    chain = Objective(program_factory=pytest.fail, optimizers={"sft": SFT(), "mapgrpo": MAPGRPO()}, space=plan,
+                      trainset=[None], devset=[None], base_config={"sft": {"learning_rate": 5e-3}})  # fmt: skip
+    weights = MAPGRPO().mapgrpo_config.plan_weights
+    assert chain.default_values() == {"mapgrpo.plan_weights.logic": weights.logic, "sft.learning_rate": 5e-3,
+                                      "mapgrpo.plan_weights.execution": weights.execution}  # fmt: skip
+    ab = SearchSpace(params=(FloatParam("alpha", 0.0, 0.5), FloatParam("beta", 0.0, 0.5)))
+    splanrl = Objective(program_factory=pytest.fail, optimizers={"splanrl": SPlanRL()}, space=ab, trainset=[None],
+                        devset=[None])  # fmt: skip
+    assert splanrl.default_values() == {"alpha": SPlanRLConfig.alpha, "beta": SPlanRLConfig.beta} == {
+        "alpha": 0.1, "beta": 0.1}  # fmt: skip

@@ -20,6 +20,7 @@ from rolecall.tuning.space import (
     parse_simplex,
     simplex_grid,
     stick_breaking,
+    unstick,
 )
 
 PLAN = Simplex("plan_weights", ("logic", "feasibility", "execution", "efficiency", "placeholder"))
@@ -143,3 +144,39 @@ def test_bad_simplex_groups_and_repeated_fields_fail():
         SearchSpace(params=(FloatParam("w.a", 0, 1),), simplexes=(Simplex("w", ("a", "b")),))
     with pytest.raises(ConfigError, match="empty"):
         SearchSpace()
+
+
+def test_unstick_inverts_stick_breaking():
+    rng = random.Random(0)
+    for k in (2, 3, 5):
+        for _ in range(20):
+            u = [rng.random() for _ in range(k - 1)]
+            weights = stick_breaking(u, total=2.0)
+            assert unstick(weights, total=2.0) == pytest.approx(u, abs=1e-9)
+    assert unstick([1.0, 0.0, 0.0]) == [1.0, 0.0]  # the stick is used up: the rest's shares are 0
+    with pytest.raises(ConfigError, match=r"sum to 1 \(they sum to 0.9\)"):
+        unstick([0.5, 0.4])
+
+
+def test_trial_params_enqueue_a_point_that_the_study_suggests_back():
+    """The defaults trial: ``trial_params`` of some field values, enqueued, is suggested back as those values."""
+    space = SearchSpace(params=(FloatParam("alpha", 0.0, 0.5), CategoricalParam("loss_type", ("grpo", "dapo"))),
+                        simplexes=(PLAN,))  # fmt: skip
+    values = {"alpha": 0.1, "loss_type": "dapo", "plan_weights.logic": 0.3, "plan_weights.feasibility": 0.2,
+              "plan_weights.execution": 0.3, "plan_weights.efficiency": 0.1,
+              "plan_weights.placeholder": 0.1}  # fmt: skip
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    study.enqueue_trial(space.trial_params(values))
+    suggested = space.suggest(study.ask())
+    assert suggested.pop("loss_type") == "dapo"
+    assert suggested == pytest.approx({k: v for k, v in values.items() if k != "loss_type"})
+    grid = SearchSpace(simplexes=(Simplex("", ("a", "b")),), grid_step=0.25)
+    assert grid.trial_params({"a": 0.25, "b": 0.75}, grid=True) == {"a+b": "0.25,0.75"}
+    with pytest.raises(ConfigError, match="not a point of its grid"):
+        grid.trial_params({"a": 0.1, "b": 0.9}, grid=True)
+    with pytest.raises(ConfigError, match=r"alpha = 0.9 is outside the searched range \[0, 0.5\]"):
+        space.trial_params({**values, "alpha": 0.9})
+    with pytest.raises(ConfigError, match="not one of the searched choices"):
+        space.trial_params({**values, "loss_type": "sft"})
+    with pytest.raises(ConfigError, match=r"no value for the searched fields \['alpha'\]"):
+        space.trial_params({k: v for k, v in values.items() if k != "alpha"})
