@@ -245,28 +245,22 @@ def check_from(args: argparse.Namespace) -> None:
     Raises:
         ConfigError: DIR holds no saved program, one of another program, or ``-o`` was given too.
     """
-    from rolecall.programs.core.saving import read_payload
+    from rolecall.programs.registry import saved_program
 
     folder = getattr(args, "from_dir", None)
     if folder is None:
         return
     try:
-        saved = read_payload(Path(folder)).get("program")
+        name, cls = saved_program(folder)
     except RolecallError as err:
         raise ConfigError(f"--from {folder}: {err}") from err
-    cls = get_program_class(args.program)
-    if saved != f"{cls.__module__}.{cls.__qualname__}":
-        names = [n for n in program_names() if _qualified(get_program_class(n)) == saved]
-        fix = f"pass --program {names[0]}" if names else "pass the folder of a saved program"
-        raise ConfigError(f"--from {folder} holds a {saved} program, not --program {args.program}; {fix}")
+    if cls is not get_program_class(args.program):
+        raise ConfigError(f"--from {folder} holds a {cls.__module__}.{cls.__qualname__} program, not --program "
+                          f"{args.program}; pass --program {name}")  # fmt: skip
     if getattr(args, "option", None):
         dropped = " -o ".join(args.option)
         raise ConfigError(f"--from {folder}: the program's options come from its program.json; drop -o {dropped}, "
                           "or train from the untrained program without --from")  # fmt: skip
-
-
-def _qualified(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def start_program(args: argparse.Namespace, retriever: Any, lm: Any, options: dict[str, Any]) -> Any:

@@ -158,9 +158,29 @@ class Simplex:
 
     def suggest_grid(self, trial: Any, step: float) -> dict[str, float]:
         """Weights from the categorical grid parameter ``label`` (a point of :func:`simplex_grid`)."""
-        choices = [_point_text(p) for p in simplex_grid(len(self.fields), step, self.total)]
-        point = trial.suggest_categorical(self.label, choices)
+        point = trial.suggest_categorical(self.label, self.grid_choices(step))
         return dict(zip(self.keys, (float(w) for w in point.split(",")), strict=True))
+
+    def grid_choices(self, step: float) -> list[str]:
+        """The grid points of :meth:`suggest_grid`'s categorical parameter, as its choice strings."""
+        return [_point_text(p) for p in simplex_grid(len(self.fields), step, self.total)]
+
+    def params(self, weights: Sequence[float], grid_step: float | None = None) -> dict[str, Any]:
+        """The trial parameters :meth:`suggest` (or, with ``grid_step``, :meth:`suggest_grid`) turns into ``weights``.
+
+        Raises:
+            ConfigError: If ``weights`` are not a point of the simplex (of its grid, with ``grid_step``).
+        """
+        if grid_step is not None:
+            text = _point_text(tuple(round(w, GRID_DECIMALS) for w in weights))
+            if text not in self.grid_choices(grid_step):
+                raise ConfigError(f"simplex {self.label}: ({text}) is not a point of its grid (step {grid_step:g})")
+            return {self.label: text}
+        try:
+            u = unstick(weights, self.total)
+        except ConfigError as err:
+            raise ConfigError(f"simplex {self.label}: {err}") from err
+        return {f"stick:{key}": ui for key, ui in zip(self.keys[:-1], u, strict=True)}
 
 
 def stick_breaking(u: Sequence[float], total: float = 1.0) -> list[float]:
@@ -283,20 +303,7 @@ class SearchSpace:
                                   "widen the --param range to include it")  # fmt: skip
             out[p.name] = value
         for s in self.simplexes:
-            weights = [float(values[k]) for k in s.keys]
-            if grid:
-                text = _point_text(tuple(round(w, GRID_DECIMALS) for w in weights))
-                choices = [_point_text(q) for q in simplex_grid(len(s.fields), self.grid_step, s.total)]
-                if text not in choices:
-                    raise ConfigError(f"simplex {s.label}: ({text}) is not a point of its grid (step "
-                                      f"{self.grid_step:g})")  # fmt: skip
-                out[s.label] = text
-            else:
-                try:
-                    u = unstick(weights, s.total)
-                except ConfigError as err:
-                    raise ConfigError(f"simplex {s.label}: {err}") from err
-                out.update({f"stick:{key}": ui for key, ui in zip(s.keys[:-1], u, strict=True)})
+            out.update(s.params([float(values[k]) for k in s.keys], self.grid_step if grid else None))
         return out
 
     def corners(self, *, grid: bool = False) -> list[dict[str, Any]]:
