@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import optuna
@@ -130,16 +131,18 @@ def test_a_sigkilled_study_resumes_with_its_finished_trials(model_dir, tmp_path)
 
 
 def _states(path: Path) -> list[str]:
-    """The states of the study's trials, read from its SQLite file while another process writes it."""
-    import sqlalchemy
+    """The states of the study's trials, read from its SQLite file while another process writes it. Read-only and
+    through sqlite3: opening it as an optuna storage would race the writer creating the schema (both insert the
+    alembic version row)."""
+    import sqlite3
 
     if not path.is_file():
         return []
     try:
-        study = optuna.load_study(study_name="rolecall-tune", storage=f"sqlite:///{path}")
-    except (KeyError, sqlalchemy.exc.OperationalError):  # the study or its tables are not created yet
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
+            return [state for (state,) in db.execute("SELECT state FROM trials ORDER BY number")]
+    except sqlite3.OperationalError:  # the tables are not created yet, or the writer holds a lock
         return []
-    return [t.state.name for t in study.get_trials(deepcopy=False)]
 
 
 def test_compile_and_tune_from_a_saved_program(model_dir, tmp_path, capsys):
