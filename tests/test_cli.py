@@ -433,7 +433,7 @@ def test_compile_chains_sft_and_splanrl_on_a_tiny_model(tmp_path, tiny_model, sm
     [
         ("grpo", "reap", "--optimizer grpo applies to opera, search_r1, not 'reap'"),
         ("sft,grpo", "stride", "--optimizer grpo applies to opera, search_r1, not 'stride'"),
-        ("sft,grpo", "search_r1", "--optimizer sft has gold-path targets for"),  # no gold path for Search-R1 yet
+        ("sft", "react", "--optimizer sft has gold-path targets for"),  # no gold path for ReAct
     ],
 )
 def test_compile_grpo_names_the_programs_it_applies_to(monkeypatch, capsys, optimizer, program, message):

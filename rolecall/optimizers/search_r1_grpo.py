@@ -81,6 +81,9 @@ class SearchR1GRPOConfig:
     """Nucleus mass of the rollouts (Search-R1: 1.0)."""
     format_penalty: float = DEFAULT_FORMAT_PENALTY
     """λ_f, subtracted from a rollout's EM when any turn was malformed (0: Search-R1's outcome-only reward)."""
+    graded_format: bool = False
+    """Charge λ_f times the share of malformed turns instead of all of it for any (a base model that malforms most
+    turns then still gets reward variance within a group)."""
     learning_rate: float = 2e-4
     """AdamW learning rate of the LoRA adapter (Search-R1's 1e-6 is for full fine-tuning of a 3B-7B model)."""
     kl_beta: float = 0.0
@@ -285,7 +288,9 @@ class SearchR1GRPO(WeightOptimizer):
     def reward(self, trajectory: Trajectory, record: GoldRecord) -> dict[str, float]:
         """The reward terms of one rollout (``reward/total`` is r_i): EM of the final answer minus the format
         penalty (:func:`~rolecall.optimizers.rewards.search_r1.search_r1_rewards`)."""
-        return search_r1_rewards(trajectory, record.answers, format_penalty=self.grpo_config.format_penalty)
+        config = self.grpo_config
+        return search_r1_rewards(trajectory, record.answers, format_penalty=config.format_penalty,
+                                 graded_format=config.graded_format)  # fmt: skip
 
     # ------------------------------------------------------------------ helpers
 

@@ -35,7 +35,9 @@ from rolecall.optimizers.core.samples import load_samples, samples_from_trajecto
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.gold import d2plan_gold, direct_gold, opera_gold, reap_gold, stride_gold, team_gold
 from rolecall.optimizers.gold.runner import gold_trajectories
+from rolecall.optimizers.gold.search_r1 import search_r1_gold
 from rolecall.programs.baselines.direct import NoRetrievalCoT, SingleStepRAG
+from rolecall.programs.baselines.search_r1 import SearchR1Agent
 from rolecall.programs.core.calls import is_local_lm
 from rolecall.programs.core.demos import check_adapter_groups
 from rolecall.programs.core.gold import format_pair
@@ -62,6 +64,7 @@ GOLD_BUILDERS: dict[type, Callable[..., Any]] = {
     STRIDE: stride_gold,
     SingleStepRAG: direct_gold,
     NoRetrievalCoT: direct_gold,
+    SearchR1Agent: search_r1_gold,
 }
 """Program class -> its gold-path override builder ``builder(example, corpus=None) -> override``."""
 

@@ -118,3 +118,28 @@ def test_reward_of_a_real_search_r1_run():
         r = search_r1_rewards(pred.trajectory, "Varn")
         assert pred.answer == "Varn" and r["reward/total"] == pytest.approx(expected)
         assert r["reward/format"] == float(pred.format_valid)
+
+
+def test_graded_format_penalty_charges_each_malformed_turn_its_share():
+    """Graded: R = EM - 0.2 · invalid/turns. One malformed turn of three before a right answer: 1 - 0.2/3; all four
+    turns malformed and no answer: -0.2 (the same ends as the indicator); a clean run: EM. Two all-but-one malformed
+    runs now differ from an all-malformed one, which the indicator could not tell apart."""
+    t = Trajectory(question=QUESTION)
+    turn(t, 0, "invalid", valid=False)
+    turn(t, 1, "search", "Film X director")
+    turn(t, 2, "answer", "Varn")
+    assert search_r1_rewards(t, "Varn", graded_format=True)["reward/total"] == pytest.approx(1 - 0.2 / 3)
+    assert search_r1_rewards(t, "Varn")["reward/total"] == pytest.approx(0.8)
+    bad = Trajectory(question=QUESTION)
+    for n in range(4):
+        turn(bad, n, "invalid", valid=False)
+    assert search_r1_rewards(bad, "Varn", graded_format=True)["reward/total"] == pytest.approx(-0.2)
+    one_good = Trajectory(question=QUESTION)
+    turn(one_good, 0, "search", "Film X director")
+    for n in range(1, 4):
+        turn(one_good, n, "invalid", valid=False)
+    assert search_r1_rewards(one_good, "Varn", graded_format=True)["reward/total"] == pytest.approx(-0.15)
+    assert search_r1_rewards(Trajectory(question=QUESTION), "Varn", graded_format=True)["reward/total"] == -0.2
+    assert search_r1_reward(0.0, False, invalid_fraction=0.5, format_penalty=0.0) == 0.0
+    with pytest.raises(ConfigError, match="invalid_fraction"):
+        search_r1_reward(1.0, False, invalid_fraction=1.5)
