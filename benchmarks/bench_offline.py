@@ -3,7 +3,10 @@
 STRIDE (``--methods stride_ft``): the SFT(gold) program ``bench_compile.py --programs stride --methods sft`` saved
 (``--warm-start DIR`` for another) is tuned further from its own runs, twice from the same start: with the SFT legs
 alone (Supervisor, Extractor, Reasoner) and with the Meta-Planner's DPO on top. The claim: STRIDE-FT > its SFT legs
-alone > prompt-only (the prompt-only and SFT rows are bench_compile's).
+alone > prompt-only (the prompt-only and SFT rows are bench_compile's). The full STRIDE-FT row runs first; the legs
+row then trains on exactly its SFT samples (the same N runs per question, the Meta-Planner's DPO pairs left out), so
+the two rows differ by the DPO leg alone and not by sampling noise. Its training minutes add the full row's
+collection minutes (the time of those runs and the selection), which it did not spend again.
 
 REAP (``--methods multitask``): the same gold data and budget, trained once into one shared adapter for every role
 (``MultiTaskSFT``) and once into one adapter per role (``SFT`` with ``adapter_groups={}``). The claim: multi-task
@@ -91,14 +94,24 @@ def main() -> None:
         out.with_suffix(".md").write_text(table(rows))
 
     if "stride_ft" in methods:
+        from rolecall.optimizers.core.samples import load_samples, save_samples
+        from rolecall.optimizers.stride_ft.optimizer import _leg
+
         warm = args.warm_start or runs / "stride" / "sft" / "program"
         if not (warm / "program.json").is_file():
             raise SystemExit(f"no SFT(gold) STRIDE at {warm}: run bench_compile.py --programs stride --methods sft")
-        for method, legs in (("SFT + STRIDE-FT legs", ("supervisor", "extractor", "reasoner")),
-                             ("SFT + STRIDE-FT", None)):  # fmt: skip
+        full_out, collect_minutes = runs / "stride" / "stride_ft", None
+        for method, legs in (("SFT + STRIDE-FT", None),
+                             ("SFT + STRIDE-FT legs", ("supervisor", "extractor", "reasoner"))):  # fmt: skip
             program = STRIDE.load(warm, retriever=retriever, lm=LocalLM())
             out = runs / "stride" / ("stride_ft_legs" if legs else "stride_ft")
-            kw = {"legs": legs} if legs else {}
+            kw: dict[str, Any] = {"legs": legs} if legs else {}
+            shared = legs is not None and (full_out / "samples.jsonl").is_file()
+            if shared:  # the full row's runs, without the Meta-Planner's pairs
+                kept = {a: [x for x in group if _leg(x) != "meta_planner"]
+                        for a, group in load_samples(full_out / "samples.jsonl").items()}  # fmt: skip
+                save_samples(out / "samples.jsonl", {a: group for a, group in kept.items() if group})
+                kw["resume"] = True
             optimizer = STRIDEFT(num_plans=args.num_plans, fact_selector=args.fact_selector,
                                  num_threads=args.threads, time_budget_minutes=args.ft_minutes, output_dir=str(out),
                                  seed=args.seed, **kw)  # fmt: skip
@@ -107,7 +120,20 @@ def main() -> None:
             except ConfigError as err:  # e.g. no rule selected anything: say so, and go on with the next row
                 print(f"{method}: no row ({err})", flush=True)
                 continue
-            row["selection"] = optimizer.selection
+            loop_minutes = sum(r.get("time/step", 0.0) for r in optimizer.history) / 60
+            if legs is None:
+                row["selection"] = optimizer.selection
+                collect_minutes = max(0.0, row["train_minutes"] - loop_minutes)
+                row["collect_minutes"] = round(collect_minutes, 2)
+            elif shared:
+                selection = json.loads((full_out / "selection.json").read_text())
+                row["selection"] = {**selection, "plan_pairs": 0, "meta_planner_samples": 0}
+                row["samples_from"] = "SFT + STRIDE-FT"
+                if collect_minutes is not None:
+                    row["collect_minutes"] = round(collect_minutes, 2)
+                    row["train_minutes"] = round(row["train_minutes"] + collect_minutes, 2)
+            else:
+                row["selection"] = optimizer.selection
             row["ft_steps"] = {s: max((r["step"] for r in optimizer.history if r["stage"] == s), default=0)
                                for s in dict.fromkeys(r["stage"] for r in optimizer.history)}  # fmt: skip
             record(row)
