@@ -74,7 +74,7 @@ def test_errors_name_the_fix(world, lm):
     with pytest.raises(
         ConfigError,
         match="gold-path builders for CascadedTeam, D2Plan, HierarchicalTeam, NoRetrievalCoT, OPERA, REAP, "
-        "STRIDE, SingleStepRAG, not IRCoT",
+        "STRIDE, SearchR1Agent, SingleStepRAG, not IRCoT",
     ):
         IRCoT(BM25(world.corpus), lm=lm).compile(optimizer=SFT(show_progress=False), trainset=world.train)
     with pytest.raises(ConfigError, match="rolecall.data.Example"):
