@@ -273,7 +273,7 @@ def test_compile_rejects_a_program_without_gold_targets_before_loading(monkeypat
     assert main(["compile", "--program", "ircot", "--out", "x"]) == 1
     assert (
         "gold-path targets for cascaded_team, d2plan, hierarchical_team, no_retrieval_cot, opera, reap, "
-        "single_step_rag, stride; 'ircot' has none" in capsys.readouterr().err
+        "search_r1, single_step_rag, stride; 'ircot' has none" in capsys.readouterr().err
     )
 
 
