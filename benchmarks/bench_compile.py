@@ -151,8 +151,9 @@ def main() -> None:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="continue the prompt-only and BootstrapFewShot evaluations from their records.jsonl (questions already "
-        "answered are kept); SFT always retrains, and its evaluation starts afresh",
+        help="continue the prompt-only, BootstrapFewShot and SFT evaluations from their records.jsonl (questions "
+        "already answered are kept); SFT reuses the program a finished training saved (<runs>/<program>/sft/"
+        "train.json beside it) instead of training again",
     )
     parser.add_argument(
         "--fresh",
@@ -170,7 +171,7 @@ def main() -> None:
     from rolecall.evaluation import evaluate
     from rolecall.evaluation.metrics import exact_match
     from rolecall.lm import LocalLM
-    from rolecall.programs.registry import build_program, parse_program_options
+    from rolecall.programs.registry import build_program, get_program_class, parse_program_options
     from rolecall.retrievers.bm25 import BM25
     from rolecall.utils.logs import quiet_repeated_warnings
 
@@ -232,18 +233,30 @@ def main() -> None:
                               resume=_resumable(args.runs / name / "bfs_eval", args.resume))  # fmt: skip
             record(_row(name, "BootstrapFewShot", result.summary, minutes, args.dataset))
         if "sft" in methods:
-            program = build_program(name, retriever, lm, **options)
-            sft = sft_from_args(args, args.runs / name / "sft")
-            started = time.perf_counter()
-            program.compile(optimizer=sft, trainset=train)
-            minutes = (time.perf_counter() - started) / 60
-            program.save(args.runs / name / "sft" / "program")
-            _resumable(args.runs / name / "sft_eval", resume=False)  # a new training: an earlier one's records go
-            after = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "sft_eval")
+            folder = args.runs / name / "sft"
+            done = folder / "train.json"  # written once the training and the saved program are complete
+            if args.resume and done.is_file() and (folder / "program" / "program.json").is_file():
+                program = get_program_class(name).load(folder / "program", retriever=retriever, lm=lm)
+                info = json.loads(done.read_text(encoding="utf-8"))
+                minutes, history = info["minutes"], info["history"]
+                resume_eval = _resumable(args.runs / name / "sft_eval", True)
+                print(f"{name}: SFT(gold) reused from {folder} ({minutes:.1f} min of training)", flush=True)
+            else:
+                program = build_program(name, retriever, lm, **options)
+                sft = sft_from_args(args, folder)
+                started = time.perf_counter()
+                program.compile(optimizer=sft, trainset=train)
+                minutes = (time.perf_counter() - started) / 60
+                program.save(folder / "program")
+                history = [{k: r[k] for k in ("adapter", "step", "time/step")} for r in sft.history]
+                done.write_text(json.dumps({"minutes": minutes, "history": history}) + "\n", encoding="utf-8")
+                resume_eval = _resumable(args.runs / name / "sft_eval", resume=False)  # a new training: old records go
+            after = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "sft_eval",
+                             resume=resume_eval)  # fmt: skip
             row = _row(name, "SFT(gold)", after.summary, minutes, args.dataset)
-            row["sft_steps"] = {r["adapter"]: r["step"] for r in sft.history}
+            row["sft_steps"] = {r["adapter"]: r["step"] for r in history}
             row["sft_step_seconds"] = {
-                a: round(sum(r["time/step"] for r in sft.history if r["adapter"] == a) / n, 1)
+                a: round(sum(r["time/step"] for r in history if r["adapter"] == a) / n, 1)
                 for a, n in row["sft_steps"].items()
             }
             record(row)
