@@ -62,3 +62,35 @@ def write_results(results: dict[str, Any], args: argparse.Namespace) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     return out
+
+
+def trained_once(folder: Path, load: Any, train: Any, *, reuse: bool = True) -> tuple[Any, float, list[dict[str, Any]]]:
+    """The program a finished training saved in ``folder/program`` (with ``folder/train.json``), or ``train()``'s.
+
+    Args:
+        folder: where the program and ``train.json`` (its minutes and the optimizer's history) go.
+        load: ``load(path) -> program``, the saved program's class loader with its retriever and LM bound.
+        train: ``train() -> (program, optimizer)``, run when there is nothing to reuse (or ``reuse`` is False).
+        reuse: take a finished training from ``folder`` when there is one.
+
+    Returns:
+        The program, its training minutes and the optimizer's history (numbers and strings of each record).
+    """
+    import time
+
+    saved, meta = folder / "program", folder / "train.json"
+    if reuse and finished_training(folder):
+        info = json.loads(meta.read_text(encoding="utf-8"))
+        return load(saved), info["minutes"], info["history"]
+    started = time.perf_counter()
+    program, optimizer = train()
+    minutes = (time.perf_counter() - started) / 60
+    program.save(saved)
+    history = [{k: v for k, v in r.items() if isinstance(v, (int, float, str))} for r in optimizer.history]
+    meta.write_text(json.dumps({"minutes": minutes, "history": history}) + "\n", encoding="utf-8")
+    return program, minutes, history
+
+
+def finished_training(folder: Path) -> bool:
+    """Whether :func:`trained_once` left a finished training in ``folder`` (the program and ``train.json``)."""
+    return (folder / "program" / "program.json").is_file() and (folder / "train.json").is_file()

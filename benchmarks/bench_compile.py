@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import bench_parser, write_results
+from _common import bench_parser, finished_training, trained_once, write_results
 
 RUNS = Path(__file__).resolve().parent.parent / "runs" / "bench_compile"
 
@@ -234,23 +235,19 @@ def main() -> None:
             record(_row(name, "BootstrapFewShot", result.summary, minutes, args.dataset))
         if "sft" in methods:
             folder = args.runs / name / "sft"
-            done = folder / "train.json"  # written once the training and the saved program are complete
-            if args.resume and done.is_file() and (folder / "program" / "program.json").is_file():
-                program = get_program_class(name).load(folder / "program", retriever=retriever, lm=lm)
-                info = json.loads(done.read_text(encoding="utf-8"))
-                minutes, history = info["minutes"], info["history"]
-                resume_eval = _resumable(args.runs / name / "sft_eval", True)
-                print(f"{name}: SFT(gold) reused from {folder} ({minutes:.1f} min of training)", flush=True)
-            else:
-                program = build_program(name, retriever, lm, **options)
+            reuse = args.resume and finished_training(folder)
+
+            def train_sft(
+                name: str = name, folder: Path = folder, options: dict[str, Any] = options, lm: Any = lm
+            ) -> tuple[Any, Any]:
                 sft = sft_from_args(args, folder)
-                started = time.perf_counter()
-                program.compile(optimizer=sft, trainset=train)
-                minutes = (time.perf_counter() - started) / 60
-                program.save(folder / "program")
-                history = [{k: r[k] for k in ("adapter", "step", "time/step")} for r in sft.history]
-                done.write_text(json.dumps({"minutes": minutes, "history": history}) + "\n", encoding="utf-8")
-                resume_eval = _resumable(args.runs / name / "sft_eval", resume=False)  # a new training: old records go
+                return build_program(name, retriever, lm, **options).compile(optimizer=sft, trainset=train), sft
+
+            load = functools.partial(get_program_class(name).load, retriever=retriever, lm=lm)
+            program, minutes, history = trained_once(folder, load, train_sft, reuse=reuse)
+            if reuse:
+                print(f"{name}: SFT(gold) reused from {folder} ({minutes:.1f} min of training)", flush=True)
+            resume_eval = _resumable(args.runs / name / "sft_eval", reuse)  # a new training: old records go
             after = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "sft_eval",
                              resume=resume_eval)  # fmt: skip
             row = _row(name, "SFT(gold)", after.summary, minutes, args.dataset)

@@ -120,20 +120,18 @@ def main() -> None:
             except ConfigError as err:  # e.g. no rule selected anything: say so, and go on with the next row
                 print(f"{method}: no row ({err})", flush=True)
                 continue
-            loop_minutes = sum(r.get("time/step", 0.0) for r in optimizer.history) / 60
-            if legs is None:
-                row["selection"] = optimizer.selection
+            row["selection"] = optimizer.selection
+            if legs is None:  # what the legs row reuses: the time of the runs and the selection
+                loop_minutes = sum(r.get("time/step", 0.0) for r in optimizer.history) / 60
                 collect_minutes = max(0.0, row["train_minutes"] - loop_minutes)
                 row["collect_minutes"] = round(collect_minutes, 2)
-            elif shared:
+            elif shared:  # a resumed optimizer selects nothing itself: the full row's selection, its pairs left out
                 selection = json.loads((full_out / "selection.json").read_text())
                 row["selection"] = {**selection, "plan_pairs": 0, "meta_planner_samples": 0}
                 row["samples_from"] = "SFT + STRIDE-FT"
                 if collect_minutes is not None:
                     row["collect_minutes"] = round(collect_minutes, 2)
                     row["train_minutes"] = round(row["train_minutes"] + collect_minutes, 2)
-            else:
-                row["selection"] = optimizer.selection
             row["ft_steps"] = {s: max((r["step"] for r in optimizer.history if r["stage"] == s), default=0)
                                for s in dict.fromkeys(r["stage"] for r in optimizer.history)}  # fmt: skip
             record(row)

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import bench_parser, write_results
+from _common import bench_parser, trained_once, write_results
 
 RUNS = Path(__file__).resolve().parent.parent / "runs" / "bench_rl_family"
 CLAIMS = ("search_r1", "d2plan", "opd")
@@ -153,24 +153,11 @@ class Bench:
         return result, (time.perf_counter() - started) / 60
 
     def trained(self, folder: Path, cls: Any, train: Any) -> tuple[Any, float, list[dict[str, Any]]]:
-        """The program saved in ``folder/program``, or ``train()``'s (program, optimizer) saved there first.
-
-        Returns the program, its training minutes and the optimizer's history (read back for a saved one).
-        """
+        """The program saved in ``folder/program``, or ``train()``'s (program, optimizer) saved there first
+        (:func:`_common.trained_once`). Returns the program, its training minutes and the optimizer's history."""
         from rolecall.lm import LocalLM
 
-        saved, meta = folder / "program", folder / "train.json"
-        if (saved / "program.json").is_file() and meta.is_file():
-            info = json.loads(meta.read_text(encoding="utf-8"))
-            program = cls.load(saved, retriever=self.retriever, lm=LocalLM())
-            return program, info["minutes"], info["history"]
-        started = time.perf_counter()
-        program, optimizer = train()
-        minutes = (time.perf_counter() - started) / 60
-        program.save(saved)
-        history = [{k: v for k, v in r.items() if isinstance(v, (int, float, str))} for r in optimizer.history]
-        meta.write_text(json.dumps({"minutes": minutes, "history": history}) + "\n", encoding="utf-8")
-        return program, minutes, history
+        return trained_once(folder, lambda path: cls.load(path, retriever=self.retriever, lm=LocalLM()), train)
 
 
 # ---------------------------------------------------------------------------------------------- the three claims
@@ -192,7 +179,7 @@ def run_search_r1(bench: Bench) -> None:
         program = build_program("search_r1", bench.retriever, LocalLM())
         result, eval_minutes = bench.evaluate(program, runs / "prompt_only")
         bench.record(_row("search_r1", "prompt-only", result, 0.0, eval_minutes))
-    wanted = [m.strip() for m in args.search_r1_rows.split(",") if m.strip()]
+    wanted = args.search_r1_rows
     sft_folder, sft_minutes = runs / "sft", 0.0
 
     def train_sft() -> tuple[Any, Any]:
@@ -405,9 +392,10 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="start the results file empty")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    rows = {m.strip() for m in args.search_r1_rows.split(",") if m.strip()}
-    if rows - set(SEARCH_R1_ROWS):
+    rows = [m.strip() for m in args.search_r1_rows.split(",") if m.strip()]
+    if set(rows) - set(SEARCH_R1_ROWS):
         parser.error(f"--search-r1-rows takes {', '.join(SEARCH_R1_ROWS)}; got {args.search_r1_rows!r}")
+    args.search_r1_rows = rows
     chosen = [c.strip() for c in args.claims.split(",") if c.strip()]
     if set(chosen) - set(CLAIMS) or not chosen:
         parser.error(f"--claims takes {', '.join(CLAIMS)}; got {args.claims!r}")
