@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rolecall.data.types import Document, Example, SubStep
+from rolecall.optimizers.gold.text import relation_words
 from rolecall.optimizers.gold.titles import passage_title
 from rolecall.programs.core.demo_source import as_corpus_mapping, filled_steps
 from rolecall.programs.core.gold import Override
@@ -191,9 +192,7 @@ class _D2PlanGold:
         doc = self.corpus.get(doc_id) if self.corpus is not None else None
         if doc is None or not answer:
             return [title]
-        sentence = key_sentence(doc, answer)
-        drop = {w.casefold() for w in f"{title} {answer}".split()}
-        words = [w for w in re.findall(r"[\w'-]+", sentence) if w.casefold() not in drop]
+        words = relation_words(doc, answer)
         return [title, " ".join([title, *words])] if words else [title]
 
     def _title(self, doc_id: str, trajectory: Trajectory) -> str | None:

@@ -49,9 +49,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rolecall.data.io import split_sentences
 from rolecall.data.types import Document, Example, SubStep
-from rolecall.optimizers.gold.text import text_key
+from rolecall.optimizers.gold.text import relation_words, text_key
 from rolecall.optimizers.gold.titles import passage_title
 
 # The demos' own thought wording (private there; shared so the gold turns cannot drift from what the prompt shows).
@@ -70,7 +69,6 @@ logger = logging.getLogger(__name__)
 _ROLE = "agent"
 _INFORMATION = re.compile(r"<information>(.*?)</information>", re.DOTALL)  # one search's results in the interaction
 _LINE = re.compile(r"^\[(\d+)\] (.*)$", re.MULTILINE)  # one passage of format_passages
-_WORD = re.compile(r"[\w'-]+")
 
 
 def shown_passages(interaction: str, retrievals: Sequence[Step]) -> dict[str, str]:
@@ -159,21 +157,6 @@ class _SearchR1Gold:
                 if words:
                     queries.append(" ".join([*doc.title.split(), *words]))
         return list(dict.fromkeys(queries))
-
-
-def relation_words(doc: Document, answer: str) -> list[str]:
-    """The words of ``doc``'s first sentence holding ``answer`` (else its first), the title's and the answer's words
-    dropped: how the passage words the relation a sub-question asks about.
-
-    Example:
-        >>> relation_words(Document("p", "Trabryn Fefelmar", "Trabryn is a director. She is married to Paman Dro."),
-        ...                "Paman Dro")
-        ['She', 'is', 'married', 'to']
-    """
-    sentences = split_sentences(doc.text) or [doc.text]
-    sentence = next((s for s in sentences if answer.casefold() in s.casefold()), sentences[0])
-    drop = {w.casefold() for w in f"{doc.title} {answer}".split()}
-    return [w for w in _WORD.findall(sentence) if w.casefold() not in drop]
 
 
 def search_r1_gold(example: Example, corpus: Mapping[str, Document] | Sequence[Document] | None = None) -> Override:
