@@ -64,7 +64,9 @@ def write_results(results: dict[str, Any], args: argparse.Namespace) -> Path:
     return out
 
 
-def trained_once(folder: Path, load: Any, train: Any, *, reuse: bool = True) -> tuple[Any, float, list[dict[str, Any]]]:
+def trained_once(
+    folder: Path, load: Any, train: Any, *, reuse: bool = True, extra: Any = None
+) -> tuple[Any, float, list[dict[str, Any]]]:
     """The program a finished training saved in ``folder/program`` (with ``folder/train.json``), or ``train()``'s.
 
     Args:
@@ -72,6 +74,8 @@ def trained_once(folder: Path, load: Any, train: Any, *, reuse: bool = True) -> 
         load: ``load(path) -> program``, the saved program's class loader with its retriever and LM bound.
         train: ``train() -> (program, optimizer)``, run when there is nothing to reuse (or ``reuse`` is False).
         reuse: take a finished training from ``folder`` when there is one.
+        extra: ``extra(optimizer) -> dict`` (JSON values), stored in ``train.json`` under ``"extra"`` so that a
+            reused training still reports it (read it back with :func:`training_extra`).
 
     Returns:
         The program, its training minutes and the optimizer's history (numbers and strings of each record).
@@ -87,8 +91,19 @@ def trained_once(folder: Path, load: Any, train: Any, *, reuse: bool = True) -> 
     minutes = (time.perf_counter() - started) / 60
     program.save(saved)
     history = [{k: v for k, v in r.items() if isinstance(v, (int, float, str))} for r in optimizer.history]
-    meta.write_text(json.dumps({"minutes": minutes, "history": history}) + "\n", encoding="utf-8")
+    info: dict[str, Any] = {"minutes": minutes, "history": history}
+    if extra is not None:
+        info["extra"] = extra(optimizer)
+    meta.write_text(json.dumps(info) + "\n", encoding="utf-8")
     return program, minutes, history
+
+
+def training_extra(folder: Path) -> dict[str, Any]:
+    """What :func:`trained_once`'s ``extra`` stored for the training in ``folder`` (empty when nothing was)."""
+    try:
+        return dict(json.loads((folder / "train.json").read_text(encoding="utf-8")).get("extra") or {})
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def finished_training(folder: Path) -> bool:

@@ -25,30 +25,41 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
 from bench_compile import RUNS, _earlier_rows, _key, _row, table
 
-from _common import bench_parser, write_results
+from _common import bench_parser, finished_training, trained_once, training_extra, write_results
 
 
 def train_and_evaluate(
-    program: Any, optimizer: Any, train: list[Any], test: list[Any], out: Path, name: str, method: str, threads: int
-) -> dict[str, Any]:
-    """Compile ``program`` with ``optimizer``, save it under ``out``, evaluate it on ``test``: bench_compile's row,
-    plus the tokens (prompt and completion) per question the STRIDE paper reports."""
+    load: Any,
+    train: Any,
+    test: list[Any],
+    out: Path,
+    name: str,
+    method: str,
+    threads: int,
+    *,
+    resume: bool,
+    extra: Any = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """Train (``train() -> (program, optimizer)``) or, with ``resume``, reuse a finished training saved under ``out``;
+    evaluate the program on ``test`` (with ``resume``, a half-done evaluation goes on). Returns bench_compile's row
+    plus the tokens (prompt and completion) per question the STRIDE paper reports, the optimizer's history, and what
+    ``extra(optimizer)`` stored with the training."""
+    import shutil
+
     from rolecall.evaluation import evaluate
 
-    started = time.perf_counter()
-    program.compile(optimizer=optimizer, trainset=train)
-    minutes = (time.perf_counter() - started) / 60
-    program.save(out / "program")
-    result = evaluate(program, test, num_threads=threads, output_dir=out / "eval")
+    program, minutes, history = trained_once(out, load, train, reuse=resume, extra=extra)
+    if not resume:
+        shutil.rmtree(out / "eval", ignore_errors=True)
+    result = evaluate(program, test, num_threads=threads, output_dir=out / "eval", resume=resume)
     row = _row(name, method, result.summary, minutes)
     row["tokens_per_question"] = round(result.summary.prompt_tokens + result.summary.completion_tokens, 1)
-    return row
+    return row, history, training_extra(out)
 
 
 def main() -> None:
@@ -64,6 +75,8 @@ def main() -> None:
     parser.add_argument("--warm-start", type=Path, default=None, help="the SFT(gold) STRIDE program to tune")
     parser.add_argument("--threads", type=int, default=16, help="questions evaluated concurrently (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse each row's finished training and go on with a half-done evaluation")  # fmt: skip
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -101,28 +114,47 @@ def main() -> None:
         if not (warm / "program.json").is_file():
             raise SystemExit(f"no SFT(gold) STRIDE at {warm}: run bench_compile.py --programs stride --methods sft")
         full_out, collect_minutes = runs / "stride" / "stride_ft", None
+
+        def load_stride(path: Path) -> Any:
+            return STRIDE.load(path, retriever=retriever, lm=LocalLM())
+
         for method, legs in (("SFT + STRIDE-FT", None),
                              ("SFT + STRIDE-FT legs", ("supervisor", "extractor", "reasoner"))):  # fmt: skip
-            program = STRIDE.load(warm, retriever=retriever, lm=LocalLM())
             out = runs / "stride" / ("stride_ft_legs" if legs else "stride_ft")
             kw: dict[str, Any] = {"legs": legs} if legs else {}
             shared = legs is not None and (full_out / "samples.jsonl").is_file()
-            if shared:  # the full row's runs, without the Meta-Planner's pairs
+            if shared and not (args.resume and finished_training(out)):  # the full row's runs, minus the DPO pairs
                 kept = {a: [x for x in group if _leg(x) != "meta_planner"]
                         for a, group in load_samples(full_out / "samples.jsonl").items()}  # fmt: skip
                 save_samples(out / "samples.jsonl", {a: group for a, group in kept.items() if group})
                 kw["resume"] = True
-            optimizer = STRIDEFT(num_plans=args.num_plans, fact_selector=args.fact_selector,
-                                 num_threads=args.threads, time_budget_minutes=args.ft_minutes, output_dir=str(out),
-                                 seed=args.seed, **kw)  # fmt: skip
+
+            def train_ft(kw: dict[str, Any] = kw, out: Path = out) -> tuple[Any, Any]:
+                program = STRIDE.load(warm, retriever=retriever, lm=LocalLM())
+                optimizer = STRIDEFT(num_plans=args.num_plans, fact_selector=args.fact_selector,
+                                     num_threads=args.threads, time_budget_minutes=args.ft_minutes,
+                                     output_dir=str(out), seed=args.seed, **kw)  # fmt: skip
+                program.compile(optimizer=optimizer, trainset=train)
+                return program, optimizer
+
             try:
-                row = train_and_evaluate(program, optimizer, train, test, out, "stride", method, args.threads)
+                row, history, extra = train_and_evaluate(
+                    load_stride,
+                    train_ft,
+                    test,
+                    out,
+                    "stride",
+                    method,
+                    args.threads,
+                    resume=args.resume,
+                    extra=lambda optimizer: {"selection": optimizer.selection},
+                )
             except ConfigError as err:  # e.g. no rule selected anything: say so, and go on with the next row
                 print(f"{method}: no row ({err})", flush=True)
                 continue
-            row["selection"] = optimizer.selection
+            row["selection"] = extra.get("selection", {})
             if legs is None:  # what the legs row reuses: the time of the runs and the selection
-                loop_minutes = sum(r.get("time/step", 0.0) for r in optimizer.history) / 60
+                loop_minutes = sum(r.get("time/step", 0.0) for r in history) / 60
                 collect_minutes = max(0.0, row["train_minutes"] - loop_minutes)
                 row["collect_minutes"] = round(collect_minutes, 2)
             elif shared:  # a resumed optimizer selects nothing itself: the full row's selection, its pairs left out
@@ -132,20 +164,36 @@ def main() -> None:
                 if collect_minutes is not None:
                     row["collect_minutes"] = round(collect_minutes, 2)
                     row["train_minutes"] = round(row["train_minutes"] + collect_minutes, 2)
-            row["ft_steps"] = {s: max((r["step"] for r in optimizer.history if r["stage"] == s), default=0)
-                               for s in dict.fromkeys(r["stage"] for r in optimizer.history)}  # fmt: skip
+            row["ft_steps"] = {s: max((r["step"] for r in history if r["stage"] == s), default=0)
+                               for s in dict.fromkeys(r["stage"] for r in history)}  # fmt: skip
             record(row)
     if "multitask" in methods:
         for method in ("MultiTaskSFT(gold)", "SFT(gold), one adapter per role"):
             merged = method.startswith("MultiTask")
-            program = REAP(retriever, lm=LocalLM(), **({} if merged else {"adapter_groups": {}}))
+            groups: dict[str, Any] = {} if merged else {"adapter_groups": {}}
             out = runs / "reap" / ("multitask" if merged else "per_role")
-            sft = SFT(epochs=args.epochs, time_budget_minutes=args.budget_minutes, num_threads=args.threads,
-                      output_dir=str(out), seed=args.seed)  # fmt: skip
-            if merged:
-                sft = MultiTaskSFT(dataclasses.replace(sft.sft_config, roles=tuple(program.roles)))
-            row = train_and_evaluate(program, sft, train, test, out, "reap", method, args.threads)
-            row["sft_samples"] = {a: len(s) for a, s in sft.samples.items()}
+
+            def train_sft(groups: dict[str, Any] = groups, out: Path = out, merged: bool = merged) -> tuple[Any, Any]:
+                program = REAP(retriever, lm=LocalLM(), **groups)
+                sft = SFT(epochs=args.epochs, time_budget_minutes=args.budget_minutes, num_threads=args.threads,
+                          output_dir=str(out), seed=args.seed)  # fmt: skip
+                if merged:
+                    sft = MultiTaskSFT(dataclasses.replace(sft.sft_config, roles=tuple(program.roles)))
+                program.compile(optimizer=sft, trainset=train)
+                return program, sft
+
+            row, _, extra = train_and_evaluate(
+                lambda path: REAP.load(path, retriever=retriever, lm=LocalLM()),
+                train_sft,
+                test,
+                out,
+                "reap",
+                method,
+                args.threads,
+                resume=args.resume,
+                extra=lambda sft: {"sft_samples": {a: len(s) for a, s in sft.samples.items()}},
+            )
+            row["sft_samples"] = extra.get("sft_samples", {})
             record(row)
     print(table(rows))
     print(json.dumps({r["method"]: r.get("selection") for r in rows if r.get("selection")}, indent=1))
