@@ -53,6 +53,8 @@ __all__ = ["AdapterTrainer", "TrainerConfig"]
 logger = logging.getLogger(__name__)
 
 _BACKWARD_LOSS = "_backward_loss"
+MAX_SHARED_ROWS = 16
+"""Most completions of one prompt in one shared-prefix micro-batch (they add only their completion tokens)."""
 """The key this process's summed backward loss travels under when the step's metrics are summed over processes."""
 
 
@@ -170,15 +172,15 @@ class AdapterTrainer:
         total_loss = 0.0
         mb = self.config.micro_batch_size
         # micro-batches of similar length pad less; the step's loss and gradient do not depend on the grouping.
-        # RL samples are grouped by prompt first, so a group's completions share one prompt encoding
+        # RL samples are grouped by prompt first, so a group's completions share one prompt encoding (one micro-batch
+        # per group, whatever micro_batch_size: see _prompt_groups)
         if self._shares_prefix:
             samples = sorted(samples, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.completion_ids)))
         else:
             samples = sorted(samples, key=lambda s: s.num_tokens)
         # several processes: each takes a contiguous shard, normalized over the whole step (see the module docstring)
         mine = samples if self.world_size == 1 else distributed.shard(samples, distributed.rank(), self.world_size)
-        for start in range(0, len(mine), mb):
-            micro = mine[start : start + mb]
+        for micro in _prompt_groups(mine, mb) if self._shares_prefix else _chunks(mine, mb):
             loss, metrics = self._micro_batch_loss(model, micro, device, step_tokens)
             share = len(micro) / len(samples)
             if not self.token_normalized:
@@ -313,6 +315,29 @@ class AdapterTrainer:
             raise ConfigError(f"Optimizer state of adapter {state['adapter']!r} cannot load into {self.adapter!r}.")
         self.optimizer.load_state_dict(state["optimizer"])
         self.steps = int(state["steps"])
+
+
+def _chunks(samples: list[TrainingSample], size: int) -> list[list[TrainingSample]]:
+    return [samples[i : i + size] for i in range(0, len(samples), size)]
+
+
+def _prompt_groups(samples: list[TrainingSample], size: int) -> list[list[TrainingSample]]:
+    """Micro-batches for the shared-prefix forward: each prompt's completions (a GRPO group) together, the prompt
+    encoded once for them (at most :data:`MAX_SHARED_ROWS` a batch, so ``size`` does not split a group of G > size);
+    prompts seen once are packed ``size`` at a time. ``samples`` are sorted by prompt."""
+    groups: list[list[TrainingSample]] = []
+    single: list[TrainingSample] = []
+    run: list[TrainingSample] = []
+    for sample in [*samples, None]:
+        if run and (sample is None or sample.prompt_ids != run[0].prompt_ids):
+            if len(run) == 1:
+                single.extend(run)
+            else:
+                groups.extend(_chunks(run, max(size, MAX_SHARED_ROWS)))
+            run = []
+        if sample is not None:
+            run.append(sample)
+    return groups + _chunks(single, size)
 
 
 def _batch(

@@ -278,3 +278,35 @@ def test_grpo_step_with_a_shared_prefix_equals_the_packed_step(lm, smollm_tokeni
         assert m1["grad/norm"] == pytest.approx(m2["grad/norm"], rel=1e-3)
     for p, q in zip(shared.params, packed.params, strict=True):
         torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
+
+
+def test_a_group_larger_than_the_micro_batch_is_encoded_in_one_micro_batch(lm, smollm_tokenizer, monkeypatch):
+    """MAPGRPO's groups (G = 4 plus the expert) exceed its micro-batch of 2: each group still gets one shared-prefix
+    forward, the lone prompt goes through the packed one, and the update equals the packed step's."""
+    import rolecall.optimizers.core.trainer as trainer_module
+
+    rows: list[int] = []
+    original = trainer_module.shared_prefix_per_token_logps
+
+    def spy(model, ids, *args, **kwargs):
+        rows.append(int(ids.shape[0]))
+        return original(model, ids, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "shared_prefix_per_token_logps", spy)
+    lm.for_role("plan")
+    lm2 = LocalLM(copy.deepcopy(lm.hf_model), tokenizer=smollm_tokenizer)
+    group = lm.backend.encode_messages([{"role": "user", "content": "Capital of France?"}])
+    alone = lm.backend.encode_messages([{"role": "user", "content": "Color of the sky?"}])
+    samples = [TrainingSample(role="qa", adapter="plan", prompt_ids=p, completion_ids=c, advantage=a)
+               for p, c, a in ((group, [11, 12, 13], 1.0), (alone, [21, 22], 0.3), (group, [14, 15], -1.0),
+                               (group, [16, 17, 18, 19], 0.5), (group, [20], -0.5))]  # fmt: skip
+    base = dict(loss="grpo", grpo_loss_type="dapo", learning_rate=0.01, micro_batch_size=2,
+                gradient_accumulation_steps=3)  # fmt: skip
+    shared = AdapterTrainer(lm, "plan", TrainerConfig(**base))
+    packed = AdapterTrainer(lm2, "plan", TrainerConfig(**base, share_prompt_prefix=False))
+    m1, m2 = shared.step(samples), packed.step(samples)
+    assert rows == [4]  # the group of four in one forward; the lone prompt packed
+    assert m1["loss/total"] == pytest.approx(m2["loss/total"], rel=1e-4, abs=1e-6)
+    assert m1["grad/norm"] == pytest.approx(m2["grad/norm"], rel=1e-3)
+    for p, q in zip(shared.params, packed.params, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
