@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import shutil
 import time
 from pathlib import Path
@@ -65,7 +66,8 @@ def _row_settings(args: Any, method: str) -> dict[str, Any]:
     if method == "SFT(gold)":
         keys += ["budget_minutes", "epochs", "max_steps", "learning_rate", "lr_schedule", "batch_size", "grad_accum"]
     if method.startswith("SFT + "):
-        keys += ["rl_minutes", "rl_steps", "group_size", "inputs_per_step", "expert_gradient", "warm_start"]
+        keys += ["rl_minutes", "rl_steps", "group_size", "inputs_per_step", "expert_gradient", "warm_start",
+                 "rl_config"]  # fmt: skip
     return {k: getattr(args, k) for k in keys}
 
 
@@ -137,6 +139,14 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=4, help="RL group size G, c_best included (default 4)")
     parser.add_argument("--inputs-per-step", type=int, default=4, help="RL groups per optimizer step (default 4)")
     parser.add_argument("--expert-gradient", action="store_true", help="MAPGRPO: c_best gets a gradient too")
+    parser.add_argument(
+        "--rl-config",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="an MAPGRPOConfig field for both RL rows, a JSON value (e.g. temperature=1.3, learning_rate.plan=4e-4, "
+        "loss_type=dapo); the rows are labelled with it, so each setting is a row of its own",
+    )
     parser.add_argument("--warm-start", type=Path, default=None, help="the SFT program RL starts from")
     parser.add_argument("--threads", type=int, default=16, help="questions evaluated concurrently (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
@@ -265,11 +275,13 @@ def main() -> None:
 def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) -> dict[str, Any]:
     """One rung of the RL ladder: the saved SFT program, trained further with MAPGRPO or JointGRPO, evaluated."""
     from rolecall.data.synthetic import synthetic_world
+    from rolecall.errors import ConfigError
     from rolecall.evaluation import evaluate
     from rolecall.lm import LocalLM
     from rolecall.optimizers import MAPGRPO, JointGRPO, MAPGRPOConfig
     from rolecall.optimizers.sft import parse_max_steps
     from rolecall.programs.registry import get_program_class
+    from rolecall.tuning.config_file import apply_fields
 
     warm = Path(args.warm_start) if args.warm_start else args.runs / name / "sft" / "program"
     if not (warm / "program.json").is_file():
@@ -279,12 +291,18 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
     if not isinstance(steps, dict):
         raise SystemExit(f"--rl-steps takes role=N,role=N; got {args.rl_steps!r}")
     program = get_program_class(name).load(warm, retriever=retriever, lm=LocalLM())
-    out = args.runs / name / method
+    fields = _rl_fields(args.rl_config)
+    levers = ",".join(f"{k}={v}" for k, v in fields.items())
+    out = args.runs / name / (f"{method}-{re.sub(r'[^A-Za-z0-9_.=-]+', '_', levers)}" if levers else method)
     shutil.rmtree(out, ignore_errors=True)
     config = MAPGRPOConfig(stages=tuple(steps), steps=steps, group_size=args.group_size,
                            inputs_per_step=args.inputs_per_step, time_budget_s=args.rl_minutes * 60,
                            expert_gradient=args.expert_gradient and method == "mapgrpo", num_threads=args.threads,
                            output_dir=out, seed=args.seed)  # fmt: skip
+    try:
+        config = apply_fields(config, fields)
+    except ConfigError as err:
+        raise SystemExit(f"--rl-config: {err}") from None
     optimizer = MAPGRPO(config) if method == "mapgrpo" else JointGRPO(config)
     train = synthetic_world(seed=args.seed).train if args.dataset == "synthetic" else None
     if train is None:
@@ -297,6 +315,8 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
     label = "SFT + MAPGRPO" if method == "mapgrpo" else "SFT + GRPO"
     if config.expert_gradient:
         label += " + off-policy guidance"
+    if levers:
+        label += f" [{levers}]"
     row = _row(name, label, result.summary, minutes, args.dataset)
     history = optimizer.history
     phases = ("collect", "generate", "execute", "score", "update", "step")
@@ -310,6 +330,20 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
     row["rl_groups_skipped"] = sum(r.get("groups/skipped", 0.0) for r in history)
     _plot_rewards(history, out / "rewards.png", label)
     return row
+
+
+def _rl_fields(specs: list[str]) -> dict[str, Any]:
+    """``--rl-config FIELD=VALUE`` options as config fields, each value read as JSON (else kept as text)."""
+    fields: dict[str, Any] = {}
+    for spec in specs:
+        key, sep, text = spec.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--rl-config takes FIELD=VALUE (e.g. temperature=1.3); got {spec!r}")
+        try:
+            fields[key.strip()] = json.loads(text)
+        except ValueError:
+            fields[key.strip()] = text
+    return fields
 
 
 def _plot_rewards(history: list[dict[str, Any]], path: Path, title: str) -> None:
