@@ -109,3 +109,28 @@ def training_extra(folder: Path) -> dict[str, Any]:
 def finished_training(folder: Path) -> bool:
     """Whether :func:`trained_once` left a finished training in ``folder`` (the program and ``train.json``)."""
     return (folder / "program" / "program.json").is_file() and (folder / "train.json").is_file()
+
+
+def parse_fields(specs: list[str], flag: str) -> dict[str, Any]:
+    """``FIELD=VALUE`` command-line options (``flag``, for the message) as config fields, each value read as JSON
+    (``1.3``, ``true``, ``{"plan": 4e-4}``), else kept as text; dotted fields (``learning_rate.plan``) stay dotted
+    for :func:`rolecall.tuning.config_file.apply_fields`."""
+    fields: dict[str, Any] = {}
+    for spec in specs:
+        key, sep, text = spec.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"{flag} takes FIELD=VALUE (e.g. {flag} temperature=1.3); got {spec!r}")
+        try:
+            fields[key.strip()] = json.loads(text)
+        except ValueError:
+            fields[key.strip()] = text
+    return fields
+
+
+def fields_label(fields: dict[str, Any]) -> tuple[str, str]:
+    """``(label, slug)`` of config fields: ``"k=v,k=v"`` for a row's name and a folder-safe form of it (both empty
+    when there are no fields)."""
+    import re
+
+    label = ",".join(f"{k}={v}" for k, v in fields.items())
+    return label, re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)

@@ -29,13 +29,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import bench_parser, finished_training, trained_once, write_results
+from _common import bench_parser, fields_label, finished_training, parse_fields, trained_once, write_results
 
 RUNS = Path(__file__).resolve().parent.parent / "runs" / "bench_compile"
 
@@ -291,9 +290,9 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
     if not isinstance(steps, dict):
         raise SystemExit(f"--rl-steps takes role=N,role=N; got {args.rl_steps!r}")
     program = get_program_class(name).load(warm, retriever=retriever, lm=LocalLM())
-    fields = _rl_fields(args.rl_config)
-    levers = ",".join(f"{k}={v}" for k, v in fields.items())
-    out = args.runs / name / (f"{method}-{re.sub(r'[^A-Za-z0-9_.=-]+', '_', levers)}" if levers else method)
+    fields = parse_fields(args.rl_config, "--rl-config")
+    levers, slug = fields_label(fields)
+    out = args.runs / name / (f"{method}-{slug}" if slug else method)
     shutil.rmtree(out, ignore_errors=True)
     config = MAPGRPOConfig(stages=tuple(steps), steps=steps, group_size=args.group_size,
                            inputs_per_step=args.inputs_per_step, time_budget_s=args.rl_minutes * 60,
@@ -330,20 +329,6 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
     row["rl_groups_skipped"] = sum(r.get("groups/skipped", 0.0) for r in history)
     _plot_rewards(history, out / "rewards.png", label)
     return row
-
-
-def _rl_fields(specs: list[str]) -> dict[str, Any]:
-    """``--rl-config FIELD=VALUE`` options as config fields, each value read as JSON (else kept as text)."""
-    fields: dict[str, Any] = {}
-    for spec in specs:
-        key, sep, text = spec.partition("=")
-        if not sep or not key.strip():
-            raise SystemExit(f"--rl-config takes FIELD=VALUE (e.g. temperature=1.3); got {spec!r}")
-        try:
-            fields[key.strip()] = json.loads(text)
-        except ValueError:
-            fields[key.strip()] = text
-    return fields
 
 
 def _plot_rewards(history: list[dict[str, Any]], path: Path, title: str) -> None:

@@ -16,8 +16,13 @@ Each row: EM with a question-bootstrap 95% interval, F1, training minutes, promp
 tokens per question, and for STRIDE-FT what each selection rule selected. Results go to
 ``benchmarks/results/bench_offline.json`` (rows for other programs and methods are kept).
 
+Levers: ``--ft-config FIELD=VALUE`` sets a ``STRIDEFTConfig`` field (``dpo_learning_rate=5e-4``, ``epochs=4``,
+``pairs_per_question=3``); such rows carry the fields in their name and folder, and train on the default row's
+samples unless a field changes the collection. ``--resume`` reuses finished trainings and half-done evaluations.
+
 Example:
     .venv/bin/python benchmarks/bench_offline.py --methods stride_ft --num-plans 4 --train-questions 100
+    .venv/bin/python benchmarks/bench_offline.py --methods stride_ft --stride-rows full --ft-config epochs=4
 """
 
 from __future__ import annotations
@@ -30,7 +35,15 @@ from typing import Any
 
 from bench_compile import RUNS, _earlier_rows, _key, _row, table
 
-from _common import bench_parser, finished_training, trained_once, training_extra, write_results
+from _common import (
+    bench_parser,
+    fields_label,
+    finished_training,
+    parse_fields,
+    trained_once,
+    training_extra,
+    write_results,
+)
 
 
 def train_and_evaluate(
@@ -62,6 +75,107 @@ def train_and_evaluate(
     return row, history, training_extra(out)
 
 
+COLLECTION_FIELDS = frozenset(
+    {"num_plans", "plan_temperature", "f1_gap", "max_plan_f1", "pairs_per_question", "fact_selector", "exact_ratio"}
+)
+"""STRIDEFTConfig fields that change which runs are collected and what is selected from them; a ``--ft-config`` of
+other fields (learning rates, epochs, beta) trains on the samples the default row selected."""
+
+
+def stride_rows(
+    args: Any, warm: Path, retriever: Any, train: list[Any], test: list[Any], runs: Path
+) -> list[dict[str, Any]]:
+    """The STRIDE-FT rows: the full row (DPO on top) and the legs row on exactly its SFT samples.
+
+    With ``--ft-config`` the rows are labelled with the fields and kept in folders of their own; when no field changes
+    the collection, the full row trains on the default row's samples (``runs/stride_ft``) instead of running the
+    program again, and its collection minutes are that row's.
+    """
+    from rolecall.errors import ConfigError
+    from rolecall.lm import LocalLM
+    from rolecall.optimizers import STRIDEFT
+    from rolecall.optimizers.core.samples import load_samples, save_samples
+    from rolecall.optimizers.stride_ft.optimizer import _leg
+    from rolecall.programs import STRIDE
+    from rolecall.tuning.config_file import apply_fields
+
+    fields = parse_fields(args.ft_config, "--ft-config")
+    levers, slug = fields_label(fields)
+    slug = f"-{slug}" if slug else ""
+    base_out, full_out = runs / "stride_ft", runs / f"stride_ft{slug}"
+    reuse_base = bool(levers) and not COLLECTION_FIELDS & set(fields) and (base_out / "samples.jsonl").is_file()
+
+    def load_stride(path: Path) -> Any:
+        return STRIDE.load(path, retriever=retriever, lm=LocalLM())
+
+    out_rows = []
+    wanted = {r.strip() for r in args.stride_rows.split(",") if r.strip()}
+    for kind, legs in (("full", None), ("legs", ("supervisor", "extractor", "reasoner"))):
+        if kind not in wanted:
+            continue
+        method = ("SFT + STRIDE-FT" if legs is None else "SFT + STRIDE-FT legs") + (f" [{levers}]" if levers else "")
+        out = full_out if legs is None else runs / f"stride_ft_legs{slug}"
+        source = base_out if (legs is None and reuse_base) else full_out  # whose runs the row's samples come from
+        kw: dict[str, Any] = {"legs": legs} if legs else {}
+        shared = source != out and (source / "samples.jsonl").is_file()
+        if shared and not (args.resume and finished_training(out)):
+            kept = {a: [x for x in group if legs is None or _leg(x) != "meta_planner"]
+                    for a, group in load_samples(source / "samples.jsonl").items()}  # fmt: skip
+            save_samples(out / "samples.jsonl", {a: group for a, group in kept.items() if group})
+            kw["resume"] = True  # the optimizer trains on these samples and collects nothing
+
+        def train_ft(kw: dict[str, Any] = kw, out: Path = out) -> tuple[Any, Any]:
+            program = load_stride(warm)
+            config = STRIDEFT(num_plans=args.num_plans, fact_selector=args.fact_selector, num_threads=args.threads,
+                              time_budget_minutes=args.ft_minutes, output_dir=str(out), seed=args.seed,
+                              **kw).ft_config  # fmt: skip
+            try:
+                optimizer = STRIDEFT(apply_fields(config, fields))
+            except ConfigError as err:
+                raise SystemExit(f"--ft-config: {err}") from None
+            program.compile(optimizer=optimizer, trainset=train)
+            return program, optimizer
+
+        try:
+            row, history, extra = train_and_evaluate(
+                load_stride, train_ft, test, out, "stride", method, args.threads, resume=args.resume,
+                extra=lambda optimizer: {"selection": optimizer.selection},
+            )  # fmt: skip
+        except ConfigError as err:  # e.g. no rule selected anything: say so, and go on with the next row
+            print(f"{method}: no row ({err})", flush=True)
+            continue
+        if shared:  # the optimizer selected nothing itself: the source row's selection, less what it left out
+            selection, collect = _collection(source)
+            if legs is not None:
+                selection.update(plan_pairs=0, meta_planner_samples=0)
+            row["samples_from"] = str(source.relative_to(runs.parent))
+            row["train_minutes"] = round(row["train_minutes"] + collect, 2)
+        else:
+            selection, collect = extra.get("selection", {}), _collect_minutes(out)
+        row["selection"], row["collect_minutes"] = selection, round(collect, 2)
+        (out / "collection.json").write_text(json.dumps({"selection": selection, "collect_minutes": collect}) + "\n")
+        row["ft_steps"] = {s: max((r["step"] for r in history if r["stage"] == s), default=0)
+                           for s in dict.fromkeys(r["stage"] for r in history)}  # fmt: skip
+        out_rows.append(row)
+    return out_rows
+
+
+def _collection(folder: Path) -> tuple[dict[str, Any], float]:
+    """What a STRIDE-FT row in ``folder`` selected and the minutes its collection took (its ``collection.json``, or
+    for a row written before that file, its ``selection.json`` and ``train.json``)."""
+    try:
+        info = json.loads((folder / "collection.json").read_text(encoding="utf-8"))
+        return dict(info["selection"]), float(info["collect_minutes"])
+    except (OSError, ValueError, KeyError):
+        return json.loads((folder / "selection.json").read_text(encoding="utf-8")), _collect_minutes(folder)
+
+
+def _collect_minutes(folder: Path) -> float:
+    """Minutes a STRIDE-FT training in ``folder`` spent outside its optimizer steps: running and selecting."""
+    info = json.loads((folder / "train.json").read_text(encoding="utf-8"))
+    return max(0.0, info["minutes"] - sum(r.get("time/step", 0.0) for r in info["history"]) / 60)
+
+
 def main() -> None:
     parser = bench_parser(__doc__, "bench_offline")
     parser.add_argument("--methods", default="stride_ft,multitask", help="comma-separated: stride_ft, multitask")
@@ -75,6 +189,11 @@ def main() -> None:
     parser.add_argument("--warm-start", type=Path, default=None, help="the SFT(gold) STRIDE program to tune")
     parser.add_argument("--threads", type=int, default=16, help="questions evaluated concurrently (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
+    parser.add_argument("--ft-config", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a STRIDEFTConfig field, a JSON value (e.g. dpo_learning_rate=5e-4, epochs=4): rows of "
+                        "their own; without collection fields they train on the default row's samples")  # fmt: skip
+    parser.add_argument("--runs", type=Path, default=RUNS / "synthetic", help="where programs and records go")
+    parser.add_argument("--stride-rows", default="full,legs", help="STRIDE-FT rows: full, legs (default both)")
     parser.add_argument("--resume", action="store_true",
                         help="reuse each row's finished training and go on with a half-done evaluation")  # fmt: skip
     args = parser.parse_args()
@@ -84,11 +203,10 @@ def main() -> None:
         parser.error(f"--methods takes stride_ft and multitask; got {args.methods!r}")
 
     from rolecall.data.synthetic import synthetic_world
-    from rolecall.errors import ConfigError
     from rolecall.lm import LocalLM
-    from rolecall.optimizers import SFT, STRIDEFT
+    from rolecall.optimizers import SFT
     from rolecall.optimizers.multitask_sft import MultiTaskSFT
-    from rolecall.programs import REAP, STRIDE
+    from rolecall.programs import REAP
     from rolecall.retrievers.bm25 import BM25
     from rolecall.utils.logs import quiet_repeated_warnings
 
@@ -96,7 +214,7 @@ def main() -> None:
     world = synthetic_world(seed=args.seed)
     test, train = world.test[: args.test_questions], world.train[: args.train_questions]
     retriever = BM25(world.corpus)
-    runs = RUNS / "synthetic"
+    runs = args.runs
     rows: list[dict[str, Any]] = []
 
     def record(row: dict[str, Any]) -> None:
@@ -107,65 +225,10 @@ def main() -> None:
         out.with_suffix(".md").write_text(table(rows))
 
     if "stride_ft" in methods:
-        from rolecall.optimizers.core.samples import load_samples, save_samples
-        from rolecall.optimizers.stride_ft.optimizer import _leg
-
         warm = args.warm_start or runs / "stride" / "sft" / "program"
         if not (warm / "program.json").is_file():
             raise SystemExit(f"no SFT(gold) STRIDE at {warm}: run bench_compile.py --programs stride --methods sft")
-        full_out, collect_minutes = runs / "stride" / "stride_ft", None
-
-        def load_stride(path: Path) -> Any:
-            return STRIDE.load(path, retriever=retriever, lm=LocalLM())
-
-        for method, legs in (("SFT + STRIDE-FT", None),
-                             ("SFT + STRIDE-FT legs", ("supervisor", "extractor", "reasoner"))):  # fmt: skip
-            out = runs / "stride" / ("stride_ft_legs" if legs else "stride_ft")
-            kw: dict[str, Any] = {"legs": legs} if legs else {}
-            shared = legs is not None and (full_out / "samples.jsonl").is_file()
-            if shared and not (args.resume and finished_training(out)):  # the full row's runs, minus the DPO pairs
-                kept = {a: [x for x in group if _leg(x) != "meta_planner"]
-                        for a, group in load_samples(full_out / "samples.jsonl").items()}  # fmt: skip
-                save_samples(out / "samples.jsonl", {a: group for a, group in kept.items() if group})
-                kw["resume"] = True
-
-            def train_ft(kw: dict[str, Any] = kw, out: Path = out) -> tuple[Any, Any]:
-                program = STRIDE.load(warm, retriever=retriever, lm=LocalLM())
-                optimizer = STRIDEFT(num_plans=args.num_plans, fact_selector=args.fact_selector,
-                                     num_threads=args.threads, time_budget_minutes=args.ft_minutes,
-                                     output_dir=str(out), seed=args.seed, **kw)  # fmt: skip
-                program.compile(optimizer=optimizer, trainset=train)
-                return program, optimizer
-
-            try:
-                row, history, extra = train_and_evaluate(
-                    load_stride,
-                    train_ft,
-                    test,
-                    out,
-                    "stride",
-                    method,
-                    args.threads,
-                    resume=args.resume,
-                    extra=lambda optimizer: {"selection": optimizer.selection},
-                )
-            except ConfigError as err:  # e.g. no rule selected anything: say so, and go on with the next row
-                print(f"{method}: no row ({err})", flush=True)
-                continue
-            row["selection"] = extra.get("selection", {})
-            if legs is None:  # what the legs row reuses: the time of the runs and the selection
-                loop_minutes = sum(r.get("time/step", 0.0) for r in history) / 60
-                collect_minutes = max(0.0, row["train_minutes"] - loop_minutes)
-                row["collect_minutes"] = round(collect_minutes, 2)
-            elif shared:  # a resumed optimizer selects nothing itself: the full row's selection, its pairs left out
-                selection = json.loads((full_out / "selection.json").read_text())
-                row["selection"] = {**selection, "plan_pairs": 0, "meta_planner_samples": 0}
-                row["samples_from"] = "SFT + STRIDE-FT"
-                if collect_minutes is not None:
-                    row["collect_minutes"] = round(collect_minutes, 2)
-                    row["train_minutes"] = round(row["train_minutes"] + collect_minutes, 2)
-            row["ft_steps"] = {s: max((r["step"] for r in history if r["stage"] == s), default=0)
-                               for s in dict.fromkeys(r["stage"] for r in history)}  # fmt: skip
+        for row in stride_rows(args, warm, retriever, train, test, runs / "stride"):
             record(row)
     if "multitask" in methods:
         for method in ("MultiTaskSFT(gold)", "SFT(gold), one adapter per role"):
