@@ -105,7 +105,9 @@ def test_a_sigkilled_study_resumes_with_its_finished_trials(model_dir, tmp_path)
             assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
             assert time.monotonic() < deadline, "no finished trial within 240 s"
             states = _states(out / "study.db")
-            if "COMPLETE" in states and states[-1] == "RUNNING":
+            # kill only once the running trial has a heartbeat: optuna marks RUNNING trials without one as never
+            # started, not stale, and its heartbeat thread records the first beat a moment after the trial begins
+            if "COMPLETE" in states and states[-1] == "RUNNING" and _last_trial_beat(out / "study.db"):
                 break
             time.sleep(0.2)
         proc.send_signal(signal.SIGKILL)
@@ -143,6 +145,19 @@ def _states(path: Path) -> list[str]:
             return [state for (state,) in db.execute("SELECT state FROM trials ORDER BY number")]
     except sqlite3.OperationalError:  # the tables are not created yet, or the writer holds a lock
         return []
+
+
+def _last_trial_beat(path: Path) -> bool:
+    """Whether the study's last trial has recorded a heartbeat (read as :func:`_states` reads)."""
+    import sqlite3
+
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
+            row = db.execute("SELECT COUNT(*) FROM trial_heartbeats WHERE trial_id = "
+                             "(SELECT trial_id FROM trials ORDER BY number DESC LIMIT 1)").fetchone()  # fmt: skip
+    except sqlite3.OperationalError:
+        return False
+    return bool(row and row[0])
 
 
 def test_compile_and_tune_from_a_saved_program(model_dir, tmp_path, capsys):
