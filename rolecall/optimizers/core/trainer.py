@@ -29,6 +29,7 @@ and the step is exactly the one-process step.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Sequence
@@ -53,9 +54,9 @@ __all__ = ["AdapterTrainer", "TrainerConfig"]
 logger = logging.getLogger(__name__)
 
 _BACKWARD_LOSS = "_backward_loss"
+"""The key this process's summed backward loss travels under when the step's metrics are summed over processes."""
 MAX_SHARED_ROWS = 16
 """Most completions of one prompt in one shared-prefix micro-batch (they add only their completion tokens)."""
-"""The key this process's summed backward loss travels under when the step's metrics are summed over processes."""
 
 
 class AdapterTrainer:
@@ -327,16 +328,12 @@ def _prompt_groups(samples: list[TrainingSample], size: int) -> list[list[Traini
     prompts seen once are packed ``size`` at a time. ``samples`` are sorted by prompt."""
     groups: list[list[TrainingSample]] = []
     single: list[TrainingSample] = []
-    run: list[TrainingSample] = []
-    for sample in [*samples, None]:
-        if run and (sample is None or sample.prompt_ids != run[0].prompt_ids):
-            if len(run) == 1:
-                single.extend(run)
-            else:
-                groups.extend(_chunks(run, max(size, MAX_SHARED_ROWS)))
-            run = []
-        if sample is not None:
-            run.append(sample)
+    for _, same_prompt in itertools.groupby(samples, key=lambda s: s.prompt_ids):
+        run = list(same_prompt)
+        if len(run) == 1:
+            single.extend(run)
+        else:
+            groups.extend(_chunks(run, max(size, MAX_SHARED_ROWS)))
     return groups + _chunks(single, size)
 
 
