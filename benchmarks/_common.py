@@ -134,3 +134,15 @@ def fields_label(fields: dict[str, Any]) -> tuple[str, str]:
 
     label = ",".join(f"{k}={v}" for k, v in fields.items())
     return label, re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)
+
+
+def with_fields(config: Any, fields: dict[str, Any], flag: str) -> Any:
+    """``config`` (an optimizer config dataclass) with the ``flag`` fields of :func:`parse_fields` applied; a bad
+    field or value exits with the config's message (which lists the valid fields)."""
+    from rolecall.errors import ConfigError
+    from rolecall.tuning.config_file import apply_fields
+
+    try:
+        return apply_fields(config, fields)
+    except ConfigError as err:
+        raise SystemExit(f"{flag}: {err}") from None

@@ -34,7 +34,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import bench_parser, fields_label, finished_training, parse_fields, trained_once, write_results
+from _common import (
+    bench_parser,
+    fields_label,
+    finished_training,
+    parse_fields,
+    trained_once,
+    with_fields,
+    write_results,
+)
 
 RUNS = Path(__file__).resolve().parent.parent / "runs" / "bench_compile"
 
@@ -274,13 +282,11 @@ def main() -> None:
 def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) -> dict[str, Any]:
     """One rung of the RL ladder: the saved SFT program, trained further with MAPGRPO or JointGRPO, evaluated."""
     from rolecall.data.synthetic import synthetic_world
-    from rolecall.errors import ConfigError
     from rolecall.evaluation import evaluate
     from rolecall.lm import LocalLM
     from rolecall.optimizers import MAPGRPO, JointGRPO, MAPGRPOConfig
     from rolecall.optimizers.sft import parse_max_steps
     from rolecall.programs.registry import get_program_class
-    from rolecall.tuning.config_file import apply_fields
 
     warm = Path(args.warm_start) if args.warm_start else args.runs / name / "sft" / "program"
     if not (warm / "program.json").is_file():
@@ -298,10 +304,7 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
                            inputs_per_step=args.inputs_per_step, time_budget_s=args.rl_minutes * 60,
                            expert_gradient=args.expert_gradient and method == "mapgrpo", num_threads=args.threads,
                            output_dir=out, seed=args.seed)  # fmt: skip
-    try:
-        config = apply_fields(config, fields)
-    except ConfigError as err:
-        raise SystemExit(f"--rl-config: {err}") from None
+    config = with_fields(config, fields, "--rl-config")
     optimizer = MAPGRPO(config) if method == "mapgrpo" else JointGRPO(config)
     train = synthetic_world(seed=args.seed).train if args.dataset == "synthetic" else None
     if train is None:

@@ -42,6 +42,7 @@ from _common import (
     parse_fields,
     trained_once,
     training_extra,
+    with_fields,
     write_results,
 )
 
@@ -93,11 +94,10 @@ def stride_rows(
     """
     from rolecall.errors import ConfigError
     from rolecall.lm import LocalLM
-    from rolecall.optimizers import STRIDEFT
+    from rolecall.optimizers import STRIDEFT, STRIDEFTConfig
     from rolecall.optimizers.core.samples import load_samples, save_samples
     from rolecall.optimizers.stride_ft.optimizer import _leg
     from rolecall.programs import STRIDE
-    from rolecall.tuning.config_file import apply_fields
 
     fields = parse_fields(args.ft_config, "--ft-config")
     levers, slug = fields_label(fields)
@@ -124,15 +124,14 @@ def stride_rows(
             save_samples(out / "samples.jsonl", {a: group for a, group in kept.items() if group})
             kw["resume"] = True  # the optimizer trains on these samples and collects nothing
 
-        def train_ft(kw: dict[str, Any] = kw, out: Path = out) -> tuple[Any, Any]:
-            program = load_stride(warm)
-            config = STRIDEFT(num_plans=args.num_plans, fact_selector=args.fact_selector, num_threads=args.threads,
-                              time_budget_minutes=args.ft_minutes, output_dir=str(out), seed=args.seed,
-                              **kw).ft_config  # fmt: skip
-            try:
-                optimizer = STRIDEFT(apply_fields(config, fields))
-            except ConfigError as err:
-                raise SystemExit(f"--ft-config: {err}") from None
+        config = with_fields(
+            STRIDEFTConfig(num_plans=args.num_plans, fact_selector=args.fact_selector, num_threads=args.threads,
+                           time_budget_minutes=args.ft_minutes, output_dir=str(out), seed=args.seed, **kw),
+            fields, "--ft-config",
+        )  # fmt: skip
+
+        def train_ft(config: STRIDEFTConfig = config) -> tuple[Any, Any]:
+            program, optimizer = load_stride(warm), STRIDEFT(config)
             program.compile(optimizer=optimizer, trainset=train)
             return program, optimizer
 
