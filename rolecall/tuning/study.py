@@ -5,7 +5,10 @@ study killed with SIGKILL loses no finished trial: opening the same file again (
 trial that was running when the process died is found through optuna's heartbeat: each running trial records one
 every ``heartbeat_interval`` seconds, and a RUNNING trial whose heartbeat is older than ``grace_period`` is marked
 FAIL and queued again with the same parameters (``RetryHeartbeatStaleTrialCallback``), so the next run retries it
-first. The check runs when the study is opened and before every trial, so several processes may share one file.
+first. A trial killed in the moment between its start and its first heartbeat has no heartbeat at all, which optuna
+reads as "never started" and would leave RUNNING for ever; here it counts as dead once it started longer than
+``grace_period`` ago. The check runs when the study is opened and before every trial, so several processes may share
+one file.
 
 Example:
     >>> study = open_study("runs/tune/study.db", sampler=make_sampler(space, "tpe"))   # doctest: +SKIP
@@ -14,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 import logging
 import warnings
 from collections.abc import Iterator
@@ -49,6 +53,32 @@ def _experimental_ok() -> Iterator[None]:
         yield
 
 
+class _Storage(optuna.storages.RDBStorage):
+    """optuna's SQLite storage, whose dead trials also include RUNNING trials that never recorded a heartbeat."""
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        stale = super()._get_stale_trial_ids(study_id)
+        grace = datetime.timedelta(seconds=self.grace_period or 2 * (self.heartbeat_interval or 0))
+        now = datetime.datetime.now()  # optuna stamps datetime_start with the local naive time
+        running = self.get_all_trials(study_id, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        for trial in running:
+            if trial._trial_id in stale or trial.datetime_start is None or now - trial.datetime_start <= grace:
+                continue
+            if not self._has_heartbeat(trial._trial_id):
+                logger.info("trial %d started %s and never recorded a heartbeat: taken for dead", trial.number,
+                            trial.datetime_start.isoformat(timespec="seconds"))  # fmt: skip
+                stale.append(trial._trial_id)
+        return stale
+
+    def _has_heartbeat(self, trial_id: int) -> bool:
+        """Whether ``trial_id`` has a row in optuna's heartbeat table (read with the storage's own engine)."""
+        import sqlalchemy
+
+        with self.engine.connect() as db:
+            query = sqlalchemy.text("SELECT COUNT(*) FROM trial_heartbeats WHERE trial_id = :trial_id")
+            return bool(db.execute(query, {"trial_id": trial_id}).scalar())
+
+
 def open_study(
     path: str | Path,
     *,
@@ -82,7 +112,7 @@ def open_study(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _experimental_ok():
-        storage = optuna.storages.RDBStorage(
+        storage = _Storage(
             f"sqlite:///{path.resolve()}",
             heartbeat_interval=heartbeat_interval,
             grace_period=grace_period,

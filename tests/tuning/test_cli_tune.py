@@ -105,8 +105,8 @@ def test_a_sigkilled_study_resumes_with_its_finished_trials(model_dir, tmp_path)
             assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
             assert time.monotonic() < deadline, "no finished trial within 240 s"
             states = _states(out / "study.db")
-            # kill only once the running trial has a heartbeat: optuna marks RUNNING trials without one as never
-            # started, not stale, and its heartbeat thread records the first beat a moment after the trial begins
+            # kill once the running trial has a heartbeat, so this test covers the stale-heartbeat path (a trial
+            # killed before its first beat is reclaimed too: tests/tuning/test_study.py)
             if "COMPLETE" in states and states[-1] == "RUNNING" and _last_trial_beat(out / "study.db"):
                 break
             time.sleep(0.2)
