@@ -104,6 +104,7 @@ def stride_rows(
     slug = f"-{slug}" if slug else ""
     base_out, full_out = runs / "stride_ft", runs / f"stride_ft{slug}"
     reuse_base = bool(levers) and not COLLECTION_FIELDS & set(fields) and (base_out / "samples.jsonl").is_file()
+    runs_from = args.runs_from.resolve() if args.runs_from else None
 
     def load_stride(path: Path) -> Any:
         return STRIDE.load(path, retriever=retriever, lm=LocalLM())
@@ -117,6 +118,8 @@ def stride_rows(
         out = full_out if legs is None else runs / f"stride_ft_legs{slug}"
         source = base_out if (legs is None and reuse_base) else full_out  # whose runs the row's samples come from
         kw: dict[str, Any] = {"legs": legs} if legs else {}
+        if runs_from is not None and not reuse_base:
+            kw["runs_from"] = str(runs_from)
         shared = source != out and (source / "samples.jsonl").is_file()
         if shared and not (args.resume and finished_training(out)):
             kept = {a: [x for x in group if legs is None or _leg(x) != "meta_planner"]
@@ -151,6 +154,13 @@ def stride_rows(
             row["train_minutes"] = round(row["train_minutes"] + collect, 2)
         else:
             selection, collect = extra.get("selection", {}), _collect_minutes(out)
+            if "runs_from" in kw:  # the reused runs cost their own row's collection minutes
+                reused = _collection(runs_from)[1]
+                row["runs_from"] = (
+                    str(runs_from.relative_to(runs.parent)) if runs_from.is_relative_to(runs.parent) else str(runs_from)
+                )
+                row["train_minutes"] = round(row["train_minutes"] + reused, 2)
+                collect += reused
         row["selection"], row["collect_minutes"] = selection, round(collect, 2)
         (out / "collection.json").write_text(json.dumps({"selection": selection, "collect_minutes": collect}) + "\n")
         row["ft_steps"] = {s: max((r["step"] for r in history if r["stage"] == s), default=0)
@@ -192,10 +202,15 @@ def main() -> None:
                         help="a STRIDEFTConfig field, a JSON value (e.g. dpo_learning_rate=5e-4, epochs=4): rows of "
                         "their own; without collection fields they train on the default row's samples")  # fmt: skip
     parser.add_argument("--runs", type=Path, default=RUNS / "synthetic", help="where programs and records go")
+    parser.add_argument("--runs-from", type=Path, default=None, metavar="DIR",
+                        help="a STRIDE-FT row's folder whose runs.jsonl the rows select from (run only what it "
+                        "lacks), for --ft-config selection fields tried on one collection")  # fmt: skip
     parser.add_argument("--stride-rows", default="full,legs", help="STRIDE-FT rows: full, legs (default both)")
     parser.add_argument("--resume", action="store_true",
                         help="reuse each row's finished training and go on with a half-done evaluation")  # fmt: skip
     args = parser.parse_args()
+    if args.runs_from is not None and not (args.runs_from / "runs.jsonl").is_file():
+        parser.error(f"--runs-from {args.runs_from}: no runs.jsonl there; give the folder of a STRIDE-FT row")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods or set(methods) - {"stride_ft", "multitask"}:

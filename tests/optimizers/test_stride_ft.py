@@ -11,6 +11,7 @@ import torch
 
 from rolecall.data.synthetic import synthetic_world
 from rolecall.errors import ConfigError
+from rolecall.evaluation.records import to_jsonable
 from rolecall.lm import LocalLM
 from rolecall.optimizers.core.logprobs import store_reference_logps
 from rolecall.optimizers.core.sample import TrainingSample
@@ -25,6 +26,7 @@ from rolecall.optimizers.stride_ft import (
     preference_pairs,
     score_run,
 )
+from rolecall.optimizers.stride_ft.optimizer import load_runs
 from rolecall.optimizers.stride_ft.selection import answer_bearing_facts, plan_call_pairs, rewritten_facts
 from rolecall.programs import OPERA, STRIDE
 from rolecall.programs.core.trajectory import Step, Trajectory
@@ -279,3 +281,89 @@ def test_a_killed_stride_ft_resumes_with_its_samples_and_reaches_the_uninterrupt
         expected, got = lora(full_lm, adapter), lora(resumed_lm, adapter)
         for name in expected:
             torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+# ---------------------------------------------------------------------------------------------- the runs journal
+class CountedSTRIDE(STRIDE):
+    """STRIDE counting its runs (the program itself is the real one)."""
+
+    calls = 0
+
+    def forward(self, *args, **kwargs):
+        type(self).calls += 1
+        return super().forward(*args, **kwargs)
+
+
+def test_the_runs_journal_restores_each_run_as_collected(world, lm, tmp_path):
+    """A run read back from runs.jsonl gives the same outcome and the same training samples, token for token."""
+    program = STRIDE(BM25(world.corpus), lm=lm)
+    optimizer = STRIDEFT(num_plans=2, output_dir=str(tmp_path), show_progress=False)
+    runs = optimizer._run_all(program, world.train[:2])
+    loaded = load_runs(tmp_path, world.train[:2])
+
+    assert sorted(loaded) == [0, 1] and [len(g) for g in loaded.values()] == [2, 2]
+    by_question = {i: sorted(g, key=lambda r: json.dumps(r.trajectory.to_dict())) for i, g in enumerate(runs)}
+    for i, group in loaded.items():
+        for original, back in zip(
+            by_question[i], sorted(group, key=lambda r: json.dumps(r.trajectory.to_dict())), strict=True
+        ):
+            assert back.outcome == original.outcome and back.answers == original.answers
+            assert back.final_sub_question == original.final_sub_question
+            steps = original.trajectory.role_steps()
+            assert steps and len(back.trajectory.role_steps()) == len(steps)
+            for a, b in zip(steps, back.trajectory.role_steps(), strict=True):
+                assert prompt_of(program, a) == prompt_of(program, b)  # every call's prompt, parsed or not
+                assert (a.error, a.completion) == (b.error, b.completion)
+                assert json.loads(json.dumps(to_jsonable(a.meta))) == b.meta  # JSON keeps no int dict keys
+                for key in SELECTION_META:  # what the rules read comes back as it was
+                    assert a.meta.get(key) == b.meta.get(key), key
+                if a.error is None:  # the parsed calls, which are the ones selection turns into samples
+                    x, y = optimizer._sample(program, a), optimizer._sample(program, b)
+                    assert (x.prompt_ids, x.completion_ids) == (y.prompt_ids, y.completion_ids)
+
+
+SELECTION_META = ("sub_question", "answer", "facts", "strategy", "sub_questions", "executed", "attempt", "resolved")
+
+
+def prompt_of(program: STRIDE, step: Step) -> list[dict]:
+    """The demo-free messages ``step``'s role would be sent for ``step``'s inputs."""
+    adapter = program.role_adapter(step.role) or dspy.ChatAdapter()
+    return adapter.format(program.roles[step.role].signature, demos=[], inputs=dict(step.inputs))
+
+
+def test_a_killed_collection_resumes_with_the_runs_it_journaled(world, lm, tmp_path):
+    program = CountedSTRIDE(BM25(world.corpus), lm=lm)
+    examples = world.train[:2]
+    STRIDEFT(num_plans=2, output_dir=str(tmp_path), show_progress=False)._run_all(program, examples)
+    journal = tmp_path / "runs.jsonl"
+    lines = journal.read_text().splitlines()
+    # killed after three runs, the fourth cut mid-write
+    journal.write_text("\n".join(lines[:3]) + "\n" + lines[3][: len(lines[3]) // 2])
+    CountedSTRIDE.calls = 0
+
+    runs = STRIDEFT(num_plans=2, output_dir=str(tmp_path), resume=True, show_progress=False)._run_all(program, examples)
+
+    assert CountedSTRIDE.calls == 1  # only the lost run ran again
+    assert [len(g) for g in runs] == [2, 2]
+    assert len(load_runs(journal, examples)) == 2 and sum(len(g) for g in load_runs(journal, examples).values()) == 4
+    # without resume the collection starts over, and a journal of other questions is not reused
+    CountedSTRIDE.calls = 0
+    STRIDEFT(num_plans=2, output_dir=str(tmp_path), show_progress=False)._run_all(program, examples)
+    assert CountedSTRIDE.calls == 4
+    assert load_runs(journal, world.train[2:4]) == {}
+
+
+def test_selection_settings_are_tried_on_one_collection_with_runs_from(world, lm, tmp_path):
+    program = CountedSTRIDE(BM25(world.corpus), lm=lm)
+    examples = world.train[:2]
+    STRIDEFT(num_plans=2, output_dir=str(tmp_path / "first"), show_progress=False)._run_all(program, examples)
+    CountedSTRIDE.calls = 0
+
+    other = STRIDEFT(num_plans=3, pairs_per_question=2, runs_from=str(tmp_path / "first"),
+                     output_dir=str(tmp_path / "lever"), show_progress=False)  # fmt: skip
+    runs = other._run_all(program, examples)
+
+    assert CountedSTRIDE.calls == 2  # the third plan of each question; the first two come from the journal
+    assert [len(g) for g in runs] == [3, 3]
+    assert sum(len(g) for g in load_runs(tmp_path / "lever", examples).values()) == 6  # its own journal holds all
+    assert sum(len(g) for g in load_runs(tmp_path / "first", examples).values()) == 4  # the source is not touched

@@ -13,7 +13,10 @@
 Each leg is a stage on the training core (one adapter each; the Meta-Planner's two calls share one). Collection happens
 before any update, so the "frozen copy" selecting minimal facts is the Extractor's model as it was at collection.
 Samples are built on the prompts the trained roles will see (demo-free), saved to ``samples.jsonl`` and reused by
-``resume``; what each rule selected goes to ``selection.json`` and :attr:`STRIDEFT.selection`.
+``resume``; what each rule selected goes to ``selection.json`` and :attr:`STRIDEFT.selection`. Collection is most of
+the cost (N program runs per question), so each scored run is appended to ``runs.jsonl`` as it finishes: a collection
+killed half-way resumes with the runs it has (``resume=True`` runs only the missing ones), and the same runs can be
+selected from again with other selection settings (:attr:`STRIDEFTConfig.runs_from`) without running anything.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import random
+import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +37,7 @@ from tqdm.auto import tqdm
 
 from rolecall.data.types import Example
 from rolecall.errors import ConfigError
+from rolecall.evaluation.records import to_jsonable
 from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.logprobs import store_reference_logps
@@ -40,6 +46,7 @@ from rolecall.optimizers.core.samples import load_samples, samples_from_trajecto
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.sft import trainable_examples
 from rolecall.optimizers.stride_ft.selection import (
+    Outcome,
     Run,
     answer_bearing_facts,
     causal_rewrites,
@@ -53,17 +60,20 @@ from rolecall.optimizers.stride_ft.selection import (
 from rolecall.programs.core.gold import format_pair
 from rolecall.programs.core.options import option
 from rolecall.programs.core.parallel import parallel_map
-from rolecall.programs.core.trajectory import Step
+from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.programs.stride.parse import parse_facts
 from rolecall.programs.stride.program import STRIDE
 from rolecall.signatures.stride import SelectFacts
 
-__all__ = ["STRIDEFT", "STRIDEFTConfig", "LEGS"]
+__all__ = ["STRIDEFT", "STRIDEFTConfig", "LEGS", "RUNS_FILE", "load_runs"]
 
 logger = logging.getLogger(__name__)
 
 LEGS: tuple[str, ...] = ("meta_planner", "supervisor", "extractor", "reasoner")
 """The modules STRIDE-FT tunes, each with its selection rule and loss (DPO for the Meta-Planner, SFT otherwise)."""
+
+RUNS_FILE = "runs.jsonl"
+"""The collection journal in ``output_dir``: one scored run per line, appended as each run finishes."""
 
 
 @dataclass(kw_only=True)
@@ -103,6 +113,11 @@ class STRIDEFTConfig(LoopOptions):
     """DPO's beta."""
     demo_free: bool = True
     """Train on (and afterwards run) the tuned roles' prompts without demos."""
+    runs_from: str | None = None
+    """A ``runs.jsonl`` (or the folder holding one) of an earlier collection on the same training questions and
+    program: its runs are selected from instead of running the program again (the runs it lacks are still run). For
+    selection settings (``f1_gap``, ``max_plan_f1``, ``pairs_per_question``, ``fact_selector``, ``exact_ratio``,
+    ``legs``) tried on one collection; not for ``num_plans`` above the journal's or another ``plan_temperature``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -261,31 +276,52 @@ class STRIDEFT(WeightOptimizer):
         return out
 
     def _run_all(self, program: STRIDE, examples: list[Example]) -> list[list[Run]]:
-        """N runs per question with the plan calls sampled, each executed through the pipeline and scored."""
+        """N runs per question with the plan calls sampled, each executed through the pipeline and scored.
+
+        Runs already in the journal (``runs_from``, or ``output_dir``'s own ``runs.jsonl`` on ``resume``) are reused;
+        each new run is appended to ``output_dir/runs.jsonl`` the moment it is scored.
+        """
         cfg = self.ft_config
+        journal = Path(cfg.output_dir) / RUNS_FILE if cfg.output_dir else None
+        source = _runs_file(cfg.runs_from) if cfg.runs_from else (journal if cfg.resume else None)
+        kept = load_runs(source, examples) if source is not None and source.is_file() else {}
+        grouped: list[list[Run]] = [kept.get(i, [])[: cfg.num_plans] for i in range(len(examples))]
+        jobs = [(i, e) for i, e in enumerate(examples) for _ in range(cfg.num_plans - len(grouped[i]))]
+        reused = sum(len(g) for g in grouped)
+        if reused:
+            logger.info("STRIDEFT: %d runs reused from %s, %d to run", reused, source, len(jobs))
+        writer = _Journal(journal, fresh=journal != source) if journal is not None else None
+        if writer is not None and journal != source:
+            for i, group in enumerate(grouped):  # the journal of this output_dir holds every run its selection read
+                for reused_run in group:
+                    writer.write(i, examples[i], reused_run)
+
         plan_roles = [r for r in ("meta_planner", "planner") if r in program.roles]
         saved = {r: dict(program.lm_kwargs.get(r, {})) for r in plan_roles}
         for role in plan_roles:
             program.lm_kwargs[role] = {**saved[role], "temperature": cfg.plan_temperature}
-        jobs = [(i, e) for i, e in enumerate(examples) for _ in range(cfg.num_plans)]
-        bar = tqdm(total=len(jobs), desc="STRIDE-FT runs", disable=not cfg.show_progress)
+        bar = tqdm(total=len(jobs), desc="STRIDE-FT runs", disable=not cfg.show_progress or not jobs)
 
         def run(job: tuple[int, Example]) -> tuple[int, Run]:
             index, example = job
             pred = program(question=example.question)
-            bar.update(1)
             plan = getattr(pred, "sub_questions", None) or []
             last = plan[-1]["id"] if plan else None
-            return index, Run(trajectory=pred.trajectory, outcome=score_run(pred, example.answers),
-                              answers=list(example.answers), final_sub_question=last)  # fmt: skip
+            result = Run(trajectory=pred.trajectory, outcome=score_run(pred, example.answers),
+                         answers=list(example.answers), final_sub_question=last)  # fmt: skip
+            if writer is not None:
+                writer.write(index, example, result)
+            bar.update(1)
+            return index, result
 
         try:
-            done = parallel_map(run, jobs, max_workers=cfg.num_threads)
+            done = parallel_map(run, jobs, max_workers=cfg.num_threads) if jobs else []
         finally:
             bar.close()
+            if writer is not None:
+                writer.close()
             for role in plan_roles:
                 program.lm_kwargs[role] = saved[role]
-        grouped: list[list[Run]] = [[] for _ in examples]
         for index, result in done:
             grouped[index].append(result)
         return grouped
@@ -350,3 +386,76 @@ def _only(run: Run, step: Step) -> Run:
     trajectory.steps = [step]
     return Run(trajectory=trajectory, outcome=run.outcome, answers=run.answers,
                final_sub_question=run.final_sub_question)  # fmt: skip
+
+
+def _runs_file(path: str | os.PathLike[str]) -> Path:
+    """``path`` itself, or the ``runs.jsonl`` inside it when it is a folder."""
+    path = Path(path)
+    return path / RUNS_FILE if path.is_dir() else path
+
+
+class _Journal:
+    """Appends scored runs to ``runs.jsonl``, one flushed line each, from any thread."""
+
+    def __init__(self, path: Path, *, fresh: bool) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        needs_newline = not fresh and path.is_file() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
+        self._file = path.open("w" if fresh else "a", encoding="utf-8")
+        if needs_newline:  # a line cut by a kill stays a bad line of its own; the next run starts a new one
+            self._file.write("\n")
+        self._lock = threading.Lock()
+
+    def write(self, index: int, example: Example, run: Run) -> None:
+        line = json.dumps(to_jsonable({
+            "index": index, "question": example.question, "answers": run.answers,
+            "final_sub_question": run.final_sub_question, "outcome": asdict(run.outcome), "meta": run.meta,
+            "trajectory": run.trajectory.to_dict(),
+        }), ensure_ascii=False)  # fmt: skip
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _last_byte(path: Path) -> bytes:
+    with path.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1)
+
+
+def load_runs(path: str | os.PathLike[str], examples: Sequence[Example]) -> dict[int, list[Run]]:
+    """The scored runs of a ``runs.jsonl`` journal, by the index of their question in ``examples``.
+
+    A line that is not a valid run (one cut by a kill) is skipped with a warning, and so is a run whose question is
+    not ``examples``' question at its index (the journal of another training set): those runs are run again.
+
+    Args:
+        path: the journal, or the folder holding it.
+        examples: the training questions the journal was collected on.
+    """
+    path = _runs_file(path)
+    out: dict[int, list[Run]] = {}
+    foreign = 0
+    for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            index = int(d["index"])
+            run = Run(trajectory=Trajectory.from_dict(d["trajectory"]), outcome=Outcome(**d["outcome"]),
+                      answers=list(d["answers"]), final_sub_question=d.get("final_sub_question"),
+                      meta=dict(d.get("meta") or {}))  # fmt: skip
+        except (ValueError, KeyError, TypeError) as err:
+            logger.warning("%s:%d: not a scored run (%s); skipped, it will be run again", path, lineno, err)
+            continue
+        if not 0 <= index < len(examples) or examples[index].question != d.get("question"):
+            foreign += 1
+            continue
+        out.setdefault(index, []).append(run)
+    if foreign:
+        logger.warning("%s: %d runs are of questions not in this training set at their position; not reused", path,
+                       foreign)  # fmt: skip
+    return out
