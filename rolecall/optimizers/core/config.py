@@ -53,6 +53,10 @@ class TrainerConfig:
     """Clip the adapter's global gradient L2 norm to this before each step (TRL's default 1.0); None: no clipping."""
     beta: float = 0.1
     """DPO: the temperature beta of the implicit reward (Rafailov et al. and TRL use 0.1)."""
+    dpo_length_normalize: bool = False
+    """DPO: compare per-token mean log-probs instead of sums, so a pair is not won by the shorter completion's smaller
+    summed log-prob (the length control of SimPO / R-DPO; it needs a larger ``beta``, SimPO uses 2). Off: the
+    sigmoid DPO of Rafailov et al. and TRL."""
     kl_beta: float = 0.0
     """GRPO: the KL coefficient beta toward pi_ref (OPERA Eq. 4; DeepSeekMath 0.04; 0.0 skips the reference pass)."""
     epsilon: float = 0.2

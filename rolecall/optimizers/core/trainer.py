@@ -263,6 +263,9 @@ class AdapterTrainer:
         logps = per_token_logps(model, ids, attention, mask, temperature=self.config.temperature).sum(-1)  # (2B,)
         recorded = [s.ref_logps for s in micro] + [s.rejected_ref_logps for s in micro]
         ref = self._reference(model, rows, recorded, ids, attention, mask, completions=completions).sum(-1)  # (2B,)
+        if self.config.dpo_length_normalize:  # mean over each completion's loss tokens
+            length = mask.sum(-1).to(logps.dtype).clamp(min=1)
+            logps, ref = logps / length, ref / length
         n = len(micro)
         weights = torch.tensor([s.weight for s in micro], dtype=logps.dtype, device=device)
         return self.loss_fn(logps[:n], logps[n:], ref[:n], ref[n:], self.config.beta, weights=weights)

@@ -111,6 +111,9 @@ class STRIDEFTConfig(LoopOptions):
     """AdamW learning rate of the SFT legs."""
     beta: float = option(0.1, low=1e-6)
     """DPO's beta."""
+    dpo_length_normalize: bool = False
+    """Not the paper's: DPO on per-token mean log-probs (a lever against pairs whose chosen plan is mostly the
+    shorter one; use with a larger ``beta``)."""
     demo_free: bool = True
     """Train on (and afterwards run) the tuned roles' prompts without demos."""
     runs_from: str | None = None
@@ -163,6 +166,7 @@ class STRIDEFT(WeightOptimizer):
             loss="dpo" if leg == "meta_planner" else "nll",
             learning_rate=cfg.dpo_learning_rate if leg == "meta_planner" else cfg.sft_learning_rate,
             beta=cfg.beta,
+            dpo_length_normalize=cfg.dpo_length_normalize,
             micro_batch_size=cfg.micro_batch_size,
             gradient_accumulation_steps=cfg.batch_size // cfg.micro_batch_size,
         )

@@ -4,6 +4,7 @@ matches one big batch; DPO starts at log 2 against the adapter-disabled referenc
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import threading
 
@@ -89,6 +90,23 @@ def test_dpo_step_uses_the_adapter_disabled_reference(lm):
     recorded = make_samples(lm, rejected_ids=rejected, ref_logps=lambda i, c: [0.0] * len(c),
                             rejected_ref_logps=[0.0] * len(rejected))  # fmt: skip
     assert trainer.step(recorded)["rewards/chosen"] < 0  # beta * (log pi - 0) < 0
+
+
+def test_length_normalized_dpo_compares_per_token_means(lm):
+    """With a zero reference, r = beta * log pi(y): summed over the completion by default, its per-token mean with
+    ``dpo_length_normalize``; both adapters are fresh, so the two first steps see the same policy."""
+    tok = lm.tokenizer
+    rejected = tok("[[ ## answer ## ]]\nbanana split", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    sample = make_samples(lm, rejected_ids=rejected, ref_logps=lambda i, c: [0.0] * len(c),
+                          rejected_ref_logps=[0.0] * len(rejected))[0]  # fmt: skip
+    one = {"loss": "dpo", "beta": 0.1, "micro_batch_size": 1, "gradient_accumulation_steps": 1}
+    summed = AdapterTrainer(lm, "plan", TrainerConfig(**one)).step([sample])
+    other = dataclasses.replace(sample, adapter="plan_mean")
+    mean = AdapterTrainer(lm, "plan_mean", TrainerConfig(**one, dpo_length_normalize=True)).step([other])
+    assert summed["rewards/chosen"] == pytest.approx(mean["rewards/chosen"] * len(sample.completion_ids), rel=1e-4)
+    assert summed["rewards/rejected"] == pytest.approx(mean["rewards/rejected"] * len(rejected), rel=1e-4)
+    margin = mean["rewards/chosen"] - mean["rewards/rejected"]
+    assert mean["loss/dpo"] == pytest.approx(math.log1p(math.exp(-margin)), rel=1e-4)
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
