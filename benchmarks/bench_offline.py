@@ -209,8 +209,11 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true",
                         help="reuse each row's finished training and go on with a half-done evaluation")  # fmt: skip
     args = parser.parse_args()
-    if args.runs_from is not None and not (args.runs_from / "runs.jsonl").is_file():
-        parser.error(f"--runs-from {args.runs_from}: no runs.jsonl there; give the folder of a STRIDE-FT row")
+    if args.runs_from is not None:
+        from rolecall.optimizers.stride_ft.optimizer import RUNS_FILE
+
+        if not (args.runs_from / RUNS_FILE).is_file():
+            parser.error(f"--runs-from {args.runs_from}: no {RUNS_FILE} there; give the folder of a STRIDE-FT row")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods or set(methods) - {"stride_ft", "multitask"}:

@@ -243,7 +243,11 @@ class RecordWriter:
 
     def write(self, record: EvaluationRecord) -> None:
         """Append one record as one line."""
-        self._file.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+        self.write_json(record.to_dict())
+
+    def write_json(self, value: dict[str, Any]) -> None:
+        """Append one JSON object (already made of JSON types, e.g. by :func:`to_jsonable`) as one line."""
+        self._file.write(json.dumps(value, ensure_ascii=False) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
 

@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from rolecall.data.types import Example
 from rolecall.errors import ConfigError
-from rolecall.evaluation.records import to_jsonable
+from rolecall.evaluation.records import RecordWriter, to_jsonable
 from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.logprobs import store_reference_logps
@@ -399,35 +399,26 @@ def _runs_file(path: str | os.PathLike[str]) -> Path:
 
 
 class _Journal:
-    """Appends scored runs to ``runs.jsonl``, one flushed line each, from any thread."""
+    """Appends scored runs to ``runs.jsonl`` through a :class:`RecordWriter` (one flushed line each) from any thread."""
 
     def __init__(self, path: Path, *, fresh: bool) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        needs_newline = not fresh and path.is_file() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
-        self._file = path.open("w" if fresh else "a", encoding="utf-8")
-        if needs_newline:  # a line cut by a kill stays a bad line of its own; the next run starts a new one
-            self._file.write("\n")
+        if fresh:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("", encoding="utf-8")
+        self._writer = RecordWriter(path)  # on a resumed journal, a line cut by a kill stays a bad line of its own
         self._lock = threading.Lock()
 
     def write(self, index: int, example: Example, run: Run) -> None:
-        line = json.dumps(to_jsonable({
+        line = to_jsonable({
             "index": index, "question": example.question, "answers": run.answers,
             "final_sub_question": run.final_sub_question, "outcome": asdict(run.outcome), "meta": run.meta,
             "trajectory": run.trajectory.to_dict(),
-        }), ensure_ascii=False)  # fmt: skip
+        })  # fmt: skip
         with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            self._writer.write_json(line)
 
     def close(self) -> None:
-        self._file.close()
-
-
-def _last_byte(path: Path) -> bytes:
-    with path.open("rb") as f:
-        f.seek(-1, os.SEEK_END)
-        return f.read(1)
+        self._writer.close()
 
 
 def load_runs(path: str | os.PathLike[str], examples: Sequence[Example]) -> dict[int, list[Run]]:
