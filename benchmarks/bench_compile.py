@@ -298,11 +298,13 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
     program = get_program_class(name).load(warm, retriever=retriever, lm=LocalLM())
     fields = parse_fields(args.rl_config, "--rl-config")
     levers, slug = fields_label(fields)
-    out = args.runs / name / (f"{method}-{slug}" if slug else method)
+    guided = args.expert_gradient and method == "mapgrpo"
+    stem = f"{method}-offpolicy" if guided else method  # never the plain row's folder: its program and records stay
+    out = args.runs / name / (f"{stem}-{slug}" if slug else stem)
     shutil.rmtree(out, ignore_errors=True)
     config = MAPGRPOConfig(stages=tuple(steps), steps=steps, group_size=args.group_size,
                            inputs_per_step=args.inputs_per_step, time_budget_s=args.rl_minutes * 60,
-                           expert_gradient=args.expert_gradient and method == "mapgrpo", num_threads=args.threads,
+                           expert_gradient=guided, num_threads=args.threads,
                            output_dir=out, seed=args.seed)  # fmt: skip
     config = with_fields(config, fields, "--rl-config")
     optimizer = MAPGRPO(config) if method == "mapgrpo" else JointGRPO(config)
