@@ -198,8 +198,8 @@ class MAPGRPO(WeightOptimizer):
 
     def score(self, ctx: StepContext, generated: dict[str, Any]) -> tuple[list[TrainingSample], dict[str, float]]:
         """Score the candidates (plans from the execution cache), add c_best to each group, and turn the groups into
-        GRPO samples. A group whose on-policy rewards are all equal carries no GRPO signal: it is skipped and counted
-        (``groups/skipped``)."""
+        GRPO samples. A group whose on-policy rewards are all equal (and c_best's too, with
+        ``skip_groups="with_expert"``) is skipped and counted (``groups/skipped``)."""
         cfg, role = self.mapgrpo_config, ctx.stage.name
         predictor, view, tasks = self.program.roles[role], self.views[role], self.tasks
         batch, messages, groups = generated["batch"], generated["messages"], generated["groups"]
@@ -234,8 +234,9 @@ class MAPGRPO(WeightOptimizer):
             group = rewards + ([expert[0]] if expert is not None else [])
             advantages = group_advantages(torch.tensor([group]))[0]  # (G,), c_best inside the baseline
             prompt_ids = view.backend.encode_messages(item_msgs)
-            if max(rewards, default=0.0) - min(rewards, default=0.0) < 1e-9:
-                skipped += 1  # equal on-policy rewards: no signal among the samples, so no forward pass for them
+            judged = group if cfg.skip_groups == "with_expert" else rewards
+            if max(judged, default=0.0) - min(judged, default=0.0) < 1e-9:
+                skipped += 1  # equal rewards (skip_groups decides whether c_best's counts): no forward pass for them
             else:
                 for c, adv in zip(comps, advantages[: len(comps)].tolist(), strict=True):  # c_best: no gradient
                     old = _recorded(c.logprobs, c.token_ids) if reuse else None

@@ -9,10 +9,11 @@ from typing import Literal, get_args
 from rolecall.errors import ConfigError
 from rolecall.optimizers.rewards.opera import AnalysisRewardWeights, PlanRewardWeights, RewriteRewardWeights
 
-__all__ = ["MAPGRPOConfig", "ExpertSource", "Reference", "OPERA_ROLES"]
+__all__ = ["MAPGRPOConfig", "ExpertSource", "Reference", "SkipGroups", "OPERA_ROLES"]
 
 ExpertSource = Literal["gold", "best_of_n", "none"]
 Reference = Literal["start", "base"]
+SkipGroups = Literal["on_policy", "with_expert"]
 OPERA_ROLES = ("plan", "analysis", "rewrite")
 
 
@@ -60,6 +61,11 @@ class MAPGRPOConfig:
     """Off-policy guidance: whether c_best also receives gradient, an SFT-like term on the expert (as in LUFFY,
     arXiv 2504.14945). This is *not* the paper's Eq. 11, where c_best only enters the group baseline and gets no
     gradient (False, the default). Tables label a run with it "MAPGRPO + off-policy guidance"."""
+    skip_groups: SkipGroups = "on_policy"
+    """Which groups carry no signal and are skipped (counted in ``groups/skipped``, no forward pass): ``"on_policy"``
+    (default) when the G-1 policy samples all score the same; ``"with_expert"`` only when c_best scores the same as
+    well. Eq. 2's baseline holds c_best, so samples that all score below it each get A = r - mean < 0: the second mode
+    keeps that push-down of a (near-deterministic) wrong output, which the first drops to save the forward pass."""
     num_iterations: int = 1
     """Optimizer passes over one step's samples (PPO epochs; TRL's ``num_iterations``). With 1, pi_old in the ratio is
     the detached current policy (exactly on-policy, ratio 1); above 1, the sampler's recorded log-probs are pi_old,
@@ -103,6 +109,8 @@ class MAPGRPOConfig:
             raise ConfigError(f"reference must be one of {get_args(Reference)}, got {self.reference!r}")
         if self.expert not in get_args(ExpertSource):
             raise ConfigError(f"expert must be one of {get_args(ExpertSource)}, got {self.expert!r}")
+        if self.skip_groups not in get_args(SkipGroups):
+            raise ConfigError(f"skip_groups must be one of {get_args(SkipGroups)}, got {self.skip_groups!r}")
         if not 0.0 < self.epsilon < 1.0:
             raise ConfigError(f"epsilon must be in (0, 1), got {self.epsilon}")
         if not isinstance(self.num_iterations, int) or self.num_iterations < 1:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rolecall.data.synthetic import synthetic_world
+from rolecall.errors import ConfigError
 from rolecall.lm import LocalLM
 from rolecall.optimizers import MAPGRPO, MAPGRPOConfig
 from rolecall.optimizers.core.trainer import AdapterTrainer
@@ -284,3 +285,41 @@ def test_copy_adapter_is_an_independent_copy(tiny_model, smollm_tokenizer):
 
     with pytest.raises(ConfigError, match="No adapter named 'nope'"):
         backend.copy_adapter("nope", "x")
+
+
+@pytest.mark.parametrize("skip_groups", ["on_policy", "with_expert"])
+def test_groups_below_the_expert_are_trained_only_when_c_best_counts(
+    world, tiny_model, smollm_tokenizer, tmp_path, monkeypatch, skip_groups
+):
+    """On-policy samples that all score 0 under a gold c_best scoring 1: ``"on_policy"`` skips the group,
+    ``"with_expert"`` trains each sample on Eq. 2's A = 0 - mean(0, 0, 1) = -1/3."""
+    lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=8)
+    program = OPERA(BM25(world.corpus), lm=lm, max_steps=1, max_rewrites=0)
+
+    # the expert is scored alone (one output), the G - 1 samples together
+    def score(self, role, item, outs):
+        return [(float(len(outs) == 1), {})] * len(outs)
+
+    monkeypatch.setattr(OperaRoleTasks, "score", score)
+    calls: list[list] = []
+    real_step = AdapterTrainer.step
+    monkeypatch.setattr(
+        AdapterTrainer, "step", lambda self, samples: calls.append(list(samples)) or real_step(self, samples)
+    )
+    config = MAPGRPOConfig(stages=("plan",), steps={"plan": 1}, group_size=3, inputs_per_step=2, collect_questions=2,
+                           max_completion_length=8, skip_groups=skip_groups, show_progress=False,
+                           execute_plans=False)  # fmt: skip
+    optimizer = MAPGRPO(config)
+    program.compile(optimizer=optimizer, trainset=world.train)
+    record = optimizer.history[0]
+    if skip_groups == "on_policy":
+        assert record["groups/skipped"] == 2.0 and record["train/optimizer_steps"] == 0.0
+        assert calls == [[]]
+    else:
+        assert record["groups/skipped"] == 0.0 and record["train/optimizer_steps"] == 1.0
+        assert [s.advantage for s in calls[0]] == pytest.approx([-1 / 3] * 4)
+
+
+def test_skip_groups_is_validated():
+    with pytest.raises(ConfigError, match="skip_groups must be one of"):
+        MAPGRPOConfig(skip_groups="never")
