@@ -220,7 +220,7 @@ class MAPGRPO(WeightOptimizer):
         samples: list[TrainingSample] = []
         rewards_all, expert_all = [], []
         components: dict[str, list[float]] = {}
-        skipped = 0
+        skipped = flat_below = 0
         name = ctx.stage.adapter
         reuse = cfg.num_iterations > 1  # pi_old must be the sampler's policy only when a batch is trained on twice
         for item_msgs, comps, (cand, expert, expert_out) in zip(messages, groups, scored, strict=True):
@@ -235,6 +235,8 @@ class MAPGRPO(WeightOptimizer):
             advantages = group_advantages(torch.tensor([group]))[0]  # (G,), c_best inside the baseline
             prompt_ids = view.backend.encode_messages(item_msgs)
             judged = group if cfg.skip_groups == "with_expert" else rewards
+            if expert is not None and rewards and max(rewards) - min(rewards) < 1e-9 and rewards[0] < expert[0] - 1e-9:
+                flat_below += 1  # the samples agree and all score below c_best
             if max(judged, default=0.0) - min(judged, default=0.0) < 1e-9:
                 skipped += 1  # equal rewards (skip_groups decides whether c_best's counts): no forward pass for them
             else:
@@ -256,6 +258,7 @@ class MAPGRPO(WeightOptimizer):
             "parse/rate": parsed / max(1, len(rewards_all)),
             "groups/skipped": float(skipped),
             "groups/total": float(len(batch)),
+            "groups/flat_below_expert": float(flat_below),
         }
         if role == "plan":
             metrics.update({f"plan/{k}": float(v) for k, v in tasks.execution_stats.items()})

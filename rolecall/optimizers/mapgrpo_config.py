@@ -65,7 +65,8 @@ class MAPGRPOConfig:
     """Which groups carry no signal and are skipped (counted in ``groups/skipped``, no forward pass): ``"on_policy"``
     (default) when the G-1 policy samples all score the same; ``"with_expert"`` only when c_best scores the same as
     well. Eq. 2's baseline holds c_best, so samples that all score below it each get A = r - mean < 0: the second mode
-    keeps that push-down of a (near-deterministic) wrong output, which the first drops to save the forward pass."""
+    keeps that push-down of a (near-deterministic) wrong output, which the first drops to save the forward pass. Such
+    groups are counted either way (``groups/flat_below_expert``)."""
     num_iterations: int = 1
     """Optimizer passes over one step's samples (PPO epochs; TRL's ``num_iterations``). With 1, pi_old in the ratio is
     the detached current policy (exactly on-policy, ratio 1); above 1, the sampler's recorded log-probs are pi_old,

@@ -312,6 +312,7 @@ def test_groups_below_the_expert_are_trained_only_when_c_best_counts(
     optimizer = MAPGRPO(config)
     program.compile(optimizer=optimizer, trainset=world.train)
     record = optimizer.history[0]
+    assert record["groups/flat_below_expert"] == 2.0
     if skip_groups == "on_policy":
         assert record["groups/skipped"] == 2.0 and record["train/optimizer_steps"] == 0.0
         assert calls == [[]]
