@@ -52,6 +52,16 @@ class ProbeProgram:
         return dspy.Prediction(answer="Yaebroria")
 
 
+def _record_trainer_steps(monkeypatch) -> list[list]:
+    """The samples of every ``AdapterTrainer.step`` call, which still runs."""
+    calls: list[list] = []
+    real_step = AdapterTrainer.step
+    monkeypatch.setattr(
+        AdapterTrainer, "step", lambda self, samples: calls.append(list(samples)) or real_step(self, samples)
+    )
+    return calls
+
+
 def _item(record: GoldRecord, **gold) -> RoleInput:
     return RoleInput({"question": record.question}, record, gold)
 
@@ -127,11 +137,7 @@ def test_pi_old_is_the_current_policy_unless_a_batch_is_reused(
     monkeypatch.setattr(
         OperaRoleTasks, "score", lambda self, role, item, outs: [(float(i), {}) for i in range(len(outs))]
     )
-    calls: list[list] = []
-    real_step = AdapterTrainer.step
-    monkeypatch.setattr(
-        AdapterTrainer, "step", lambda self, samples: calls.append(list(samples)) or real_step(self, samples)
-    )
+    calls = _record_trainer_steps(monkeypatch)
     config = MAPGRPOConfig(stages=("plan",), steps={"plan": 1}, group_size=3, inputs_per_step=2, collect_questions=2,
                            max_completion_length=8, num_iterations=num_iterations, show_progress=False,
                            output_dir=tmp_path / "run")  # fmt: skip
@@ -301,11 +307,7 @@ def test_groups_below_the_expert_are_trained_only_when_c_best_counts(
         return [(float(len(outs) == 1), {})] * len(outs)
 
     monkeypatch.setattr(OperaRoleTasks, "score", score)
-    calls: list[list] = []
-    real_step = AdapterTrainer.step
-    monkeypatch.setattr(
-        AdapterTrainer, "step", lambda self, samples: calls.append(list(samples)) or real_step(self, samples)
-    )
+    calls = _record_trainer_steps(monkeypatch)
     config = MAPGRPOConfig(stages=("plan",), steps={"plan": 1}, group_size=3, inputs_per_step=2, collect_questions=2,
                            max_completion_length=8, skip_groups=skip_groups, show_progress=False,
                            execute_plans=False)  # fmt: skip
