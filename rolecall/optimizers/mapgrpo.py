@@ -38,7 +38,7 @@ from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.stage import Stage, StepContext
-from rolecall.optimizers.grpo.advantages import group_advantages
+from rolecall.optimizers.grpo.advantages import all_equal, group_advantages
 from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
 from rolecall.optimizers.mapgrpo_roles import OperaRoleTasks, RoleInput, as_gold_record, plan_of
 from rolecall.programs.core.parallel import parallel_map
@@ -234,10 +234,10 @@ class MAPGRPO(WeightOptimizer):
             group = rewards + ([expert[0]] if expert is not None else [])
             advantages = group_advantages(torch.tensor([group]))[0]  # (G,), c_best inside the baseline
             prompt_ids = view.backend.encode_messages(item_msgs)
-            judged = group if cfg.skip_groups == "with_expert" else rewards
-            if expert is not None and rewards and max(rewards) - min(rewards) < 1e-9 and rewards[0] < expert[0] - 1e-9:
+            flat = all_equal(rewards)
+            if flat and rewards and expert is not None and rewards[0] < expert[0] - 1e-9:
                 flat_below += 1  # the samples agree and all score below c_best
-            if max(judged, default=0.0) - min(judged, default=0.0) < 1e-9:
+            if all_equal(group) if cfg.skip_groups == "with_expert" else flat:
                 skipped += 1  # equal rewards (skip_groups decides whether c_best's counts): no forward pass for them
             else:
                 for c, adv in zip(comps, advantages[: len(comps)].tolist(), strict=True):  # c_best: no gradient

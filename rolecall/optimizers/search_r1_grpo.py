@@ -48,7 +48,7 @@ from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
 from rolecall.optimizers.core.stage import Stage, StepContext
-from rolecall.optimizers.grpo.advantages import group_advantages
+from rolecall.optimizers.grpo.advantages import all_equal, group_advantages
 from rolecall.optimizers.grpo.loss import LossType
 from rolecall.optimizers.mapgrpo_roles import GoldRecord, as_gold_record
 from rolecall.optimizers.rewards.search_r1 import DEFAULT_FORMAT_PENALTY, search_r1_rewards
@@ -162,7 +162,7 @@ def group_samples(
 ) -> list[TrainingSample] | None:
     """The samples of one question's G rollouts with A_i = (r_i - mean r) / (std r + eps); None when all r_i are
     equal (no signal: the group is skipped)."""
-    if max(rewards) - min(rewards) < 1e-9:
+    if all_equal(rewards):
         return None
     advantages = group_advantages(torch.tensor([list(rewards)]), scale="std")[0]  # (G,)
     return [s for traj, a in zip(trajectories, advantages.tolist(), strict=True)

@@ -48,7 +48,7 @@ from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
 from rolecall.optimizers.core.stage import Stage, StepContext
-from rolecall.optimizers.grpo.advantages import group_advantages
+from rolecall.optimizers.grpo.advantages import all_equal, group_advantages
 from rolecall.optimizers.rewards.d2plan import SPlanRLWeights, splanrl_rewards
 from rolecall.optimizers.sft import SFT, trainable_examples
 from rolecall.programs.core.options import option
@@ -193,7 +193,7 @@ def reasoner_group_samples(
     """
     if len(trajectories) != len(rewards):
         raise ValueError(f"{len(trajectories)} rollouts but {len(rewards)} rewards; give one reward per rollout")
-    if not rewards or max(rewards) - min(rewards) < 1e-9:
+    if all_equal(rewards):
         return [], []
     advantages = group_advantages(torch.tensor([list(rewards)], dtype=torch.float64), scale="std")[0].tolist()  # (G,)
     samples = []

@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "AdvantageScale",
+    "all_equal",
     "group_advantages",
     "gradient_mask",
     "role_normalized_advantages",
@@ -44,6 +45,17 @@ __all__ = [
 
 AdvantageScale = Literal["none", "std"]
 """``"none"``: OPERA Eq. 2, r - mean. ``"std"``: GRPO / MultiAgent-OPD Eq. 1, (r - mean) / (std + eps)."""
+
+
+def all_equal(rewards: Sequence[float], tol: float = 1e-9) -> bool:
+    """Whether a group's rewards are all the same (within ``tol``; an empty group too): its advantages are all 0, so
+    it carries no signal and RL optimizers skip it.
+
+    Example:
+        >>> all_equal([0.5, 0.5, 0.5]), all_equal([0.0, 1.0])
+        (True, False)
+    """
+    return not rewards or max(rewards) - min(rewards) < tol
 
 
 def _check_scale(scale: str) -> None:

@@ -403,8 +403,7 @@ class _Journal:
 
     def __init__(self, path: Path, *, fresh: bool) -> None:
         if fresh:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("", encoding="utf-8")
+            path.unlink(missing_ok=True)  # RecordWriter makes the folder and a new file
         self._writer = RecordWriter(path)  # on a resumed journal, a line cut by a kill stays a bad line of its own
         self._lock = threading.Lock()
 
