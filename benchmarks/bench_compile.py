@@ -170,8 +170,8 @@ def main() -> None:
         "--resume",
         action="store_true",
         help="continue the prompt-only, BootstrapFewShot and SFT evaluations from their records.jsonl (questions "
-        "already answered are kept); SFT reuses the program a finished training saved (<runs>/<program>/sft/"
-        "train.json beside it) instead of training again",
+        "already answered are kept); SFT and the RL rows reuse the program a finished training saved (<runs>/<program>/"
+        "<row>/train.json beside it) instead of training again, and resume its evaluation",
     )
     parser.add_argument(
         "--fresh",
@@ -295,34 +295,42 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
     steps = parse_max_steps(args.rl_steps)
     if not isinstance(steps, dict):
         raise SystemExit(f"--rl-steps takes role=N,role=N; got {args.rl_steps!r}")
-    program = get_program_class(name).load(warm, retriever=retriever, lm=LocalLM())
     fields = parse_fields(args.rl_config, "--rl-config")
     levers, slug = fields_label(fields)
     guided = args.expert_gradient and method == "mapgrpo"
     stem = f"{method}-offpolicy" if guided else method  # never the plain row's folder: its program and records stay
     out = args.runs / name / (f"{stem}-{slug}" if slug else stem)
-    shutil.rmtree(out, ignore_errors=True)
+    reuse = args.resume and finished_training(out)
+    if not reuse:
+        shutil.rmtree(out, ignore_errors=True)  # a new training: the old program, records and curves go
     config = MAPGRPOConfig(stages=tuple(steps), steps=steps, group_size=args.group_size,
                            inputs_per_step=args.inputs_per_step, time_budget_s=args.rl_minutes * 60,
                            expert_gradient=guided, num_threads=args.threads,
                            output_dir=out, seed=args.seed)  # fmt: skip
     config = with_fields(config, fields, "--rl-config")
-    optimizer = MAPGRPO(config) if method == "mapgrpo" else JointGRPO(config)
     train = synthetic_world(seed=args.seed).train if args.dataset == "synthetic" else None
     if train is None:
         raise SystemExit("the RL ladder runs on the synthetic world (its rewards need gold decompositions)")
-    started = time.perf_counter()
-    program.compile(optimizer=optimizer, trainset=train[: args.train_questions])
-    minutes = (time.perf_counter() - started) / 60
-    program.save(out / "program")
-    result = evaluate(program, test, num_threads=args.threads, output_dir=out / "eval")
+
+    def train_rl() -> tuple[Any, Any]:
+        optimizer = MAPGRPO(config) if method == "mapgrpo" else JointGRPO(config)
+        program = get_program_class(name).load(warm, retriever=retriever, lm=LocalLM())
+        return program.compile(optimizer=optimizer, trainset=train[: args.train_questions]), optimizer
+
+    def load(path: Path) -> Any:
+        return get_program_class(name).load(path, retriever=retriever, lm=LocalLM())
+
+    program, minutes, history = trained_once(out, load, train_rl, reuse=reuse)
+    if reuse:
+        print(f"{name}: {method} reused from {out} ({minutes:.1f} min of training)", flush=True)
+    result = evaluate(program, test, num_threads=args.threads, output_dir=out / "eval",
+                      resume=_resumable(out / "eval", reuse))  # fmt: skip
     label = "SFT + MAPGRPO" if method == "mapgrpo" else "SFT + GRPO"
     if config.expert_gradient:
         label += " + off-policy guidance"
     if levers:
         label += f" [{levers}]"
     row = _row(name, label, result.summary, minutes, args.dataset)
-    history = optimizer.history
     phases = ("collect", "generate", "execute", "score", "update", "step")
     row["rl_steps"] = {s: sum(r["stage"] == s for r in history) for s in steps}
     row["rl_step_seconds"] = {s: round(sum(r["time/step"] for r in history if r["stage"] == s)
