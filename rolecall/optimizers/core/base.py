@@ -276,7 +276,8 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
                                 fresh_adapters={stage.adapter}, fresh_trainers={name})  # fmt: skip
                 state["checkpoint_s"] = self.clock() - t0
             bar.update(1)
-            bar.set_postfix(stage=name, loss=f"{record.get('loss/total', float('nan')):.4f}")
+            loss = record.get("loss/total")  # absent when every group was skipped: no update was made
+            bar.set_postfix(stage=name, loss="skipped" if loss is None else f"{loss:.4f}")
             t0 = self.clock()
             hook_stopped = self._evaluate(student, valset, ctx, planned, state)
             clock += self.clock() - t0  # evaluating is not training: the time budget does not pay for it
