@@ -312,13 +312,12 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
     if train is None:
         raise SystemExit("the RL ladder runs on the synthetic world (its rewards need gold decompositions)")
 
+    def load(path: Path) -> Any:  # each program on a fresh base: the warm start, or a finished rung's
+        return get_program_class(name).load(path, retriever=retriever, lm=LocalLM())
+
     def train_rl() -> tuple[Any, Any]:
         optimizer = MAPGRPO(config) if method == "mapgrpo" else JointGRPO(config)
-        program = get_program_class(name).load(warm, retriever=retriever, lm=LocalLM())
-        return program.compile(optimizer=optimizer, trainset=train[: args.train_questions]), optimizer
-
-    def load(path: Path) -> Any:
-        return get_program_class(name).load(path, retriever=retriever, lm=LocalLM())
+        return load(warm).compile(optimizer=optimizer, trainset=train[: args.train_questions]), optimizer
 
     program, minutes, history = trained_once(out, load, train_rl, reuse=reuse)
     if reuse:
