@@ -102,15 +102,18 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a markdown table."""
     lines = [
         "| dataset | program | method | n | EM | EM 95% CI | F1 | train min | prompt tokens / call "
-        "| LM calls / question |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| LM calls / question | vs warm start: its EM, won / lost |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         low, high = r["em_ci"]
+        versus = r.get("vs_warm_start")
+        against = f"{versus['warm_start_em']:.3f}, {versus['won']} / {versus['lost']}" if versus else ""
         lines.append(
             f"| {r.get('dataset', 'synthetic')} | {r['program']} | {r['method']} | {r['n']} | {r['em']:.3f} "
             f"| {low:.2f}–{high:.2f} | {r['f1']:.3f} | "
-            f"{r['train_minutes']:.1f} | {r['prompt_tokens_per_call']:.0f} | {r['lm_calls_per_question']:.1f} |"
+            f"{r['train_minutes']:.1f} | {r['prompt_tokens_per_call']:.0f} | {r['lm_calls_per_question']:.1f} "
+            f"| {against} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -339,8 +342,47 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
         s: [round(r.get("reward/mean", 0.0), 3) for r in history if r["stage"] == s] for s in steps
     }
     row["rl_groups_skipped"] = sum(r.get("groups/skipped", 0.0) for r in history)
+    versus = _against_warm_start(warm, out / "eval")
+    if versus is not None:
+        row["vs_warm_start"] = versus
     _plot_rewards(history, out / "rewards.png", label)
     return row
+
+
+def _em_by_id(eval_dir: Path) -> dict[str, float]:
+    """Exact match per question id from an evaluation's ``records.jsonl`` (empty when it is missing)."""
+    path = eval_dir / "records.jsonl"
+    if not path.is_file():
+        return {}
+    scores: dict[str, float] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+            scores[str(record["id"])] = float(record["em"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line of a killed evaluation
+    return scores
+
+
+def _against_warm_start(warm: Path, eval_dir: Path) -> dict[str, Any] | None:
+    """The warm start's EM and the questions this rung won and lost against it, on the questions both evaluated.
+
+    The warm start's records are the SFT row's (``<program>/sft_eval`` beside ``<program>/sft/program``) or, for a
+    rung warm-started from another rung, that rung's ``eval`` beside its ``program``. None when neither exists.
+    """
+    ours = _em_by_id(eval_dir)
+    for candidate in (warm.parent.parent / "sft_eval", warm.parent / "eval"):
+        theirs = _em_by_id(candidate)
+        common = sorted(set(theirs) & set(ours))
+        if common:
+            return {
+                "records": str(candidate),
+                "warm_start_em": round(sum(theirs[i] for i in common) / len(common), 3),
+                "n": len(common),
+                "won": sum(ours[i] > theirs[i] for i in common),
+                "lost": sum(ours[i] < theirs[i] for i in common),
+            }
+    return None
 
 
 def _plot_rewards(history: list[dict[str, Any]], path: Path, title: str) -> None:
