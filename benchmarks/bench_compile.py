@@ -364,6 +364,14 @@ def _em_by_id(eval_dir: Path) -> dict[str, float]:
     return scores
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (results files carry no machine's home folder)."""
+    try:
+        return str(path.resolve().relative_to(RUNS.parent.parent))
+    except ValueError:
+        return str(path)
+
+
 def _against_warm_start(warm: Path, eval_dir: Path) -> dict[str, Any] | None:
     """The warm start's EM and the questions this rung won and lost against it, on the questions both evaluated.
 
@@ -376,7 +384,7 @@ def _against_warm_start(warm: Path, eval_dir: Path) -> dict[str, Any] | None:
         common = sorted(set(theirs) & set(ours))
         if common:
             return {
-                "records": str(candidate),
+                "records": _shown(candidate),
                 "warm_start_em": round(sum(theirs[i] for i in common) / len(common), 3),
                 "n": len(common),
                 "won": sum(ours[i] > theirs[i] for i in common),
