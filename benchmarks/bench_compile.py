@@ -375,11 +375,12 @@ def _shown(path: Path) -> str:
 def _against_warm_start(warm: Path, eval_dir: Path) -> dict[str, Any] | None:
     """The warm start's EM and the questions this rung won and lost against it, on the questions both evaluated.
 
-    The warm start's records are the SFT row's (``<program>/sft_eval`` beside ``<program>/sft/program``) or, for a
-    rung warm-started from another rung, that rung's ``eval`` beside its ``program``. None when neither exists.
+    The warm start's records are, for a rung warm-started from another rung, that rung's ``eval`` beside its
+    ``program``; else the SFT row's (``<program>/sft_eval`` beside ``<program>/sft/program``). None when neither
+    exists.
     """
     ours = _em_by_id(eval_dir)
-    for candidate in (warm.parent.parent / "sft_eval", warm.parent / "eval"):
+    for candidate in (warm.parent / "eval", warm.parent.parent / "sft_eval"):
         theirs = _em_by_id(candidate)
         common = sorted(set(theirs) & set(ours))
         if common:
