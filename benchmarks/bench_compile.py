@@ -350,18 +350,11 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
 
 
 def _em_by_id(eval_dir: Path) -> dict[str, float]:
-    """Exact match per question id from an evaluation's ``records.jsonl`` (empty when it is missing)."""
-    path = eval_dir / "records.jsonl"
-    if not path.is_file():
-        return {}
-    scores: dict[str, float] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-            scores[str(record["id"])] = float(record["em"])
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn last line of a killed evaluation
-    return scores
+    """Exact match per question id from an evaluation's records (empty when there are none)."""
+    from rolecall.evaluation import read_records
+    from rolecall.evaluation.runner import RECORDS_FILE
+
+    return {record.id: record.em for record in read_records(eval_dir / RECORDS_FILE)}
 
 
 def _shown(path: Path) -> str:
