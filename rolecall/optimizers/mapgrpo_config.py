@@ -76,6 +76,10 @@ class MAPGRPOConfig:
     execute_plans: bool = True
     """f_exec: execute every candidate plan downstream with the current analysis/rewrite agents (expensive but what
     Eq. 7 asks); False scores execution as 0 for all candidates."""
+    share_sub_goals: bool = True
+    """While executing the plan stage's candidates, solve each distinct filled-in sub-goal once and reuse its answer
+    in every plan that shares it (the downstream agents are frozen in that stage, so the answer is the same); False
+    runs every plan's sub-goals afresh."""
     plan_weights: PlanRewardWeights = field(default_factory=PlanRewardWeights)
     """Plan Agent reward weights (Eq. 7)."""
     analysis_weights: AnalysisRewardWeights = field(default_factory=AnalysisRewardWeights)

@@ -12,11 +12,13 @@ scored, and what the expert c_best is.
   wrote); the reward is the NDCG of the new query's retrieval at the depth the program retrieves it with.
 
 Plan executions (f_exec) are cached per (question, plan, versions of the downstream adapters): while the plan stage
-trains, the downstream agents are frozen, so a plan sampled twice, or the expert plan, runs once.
+trains, the downstream agents are frozen, so a plan sampled twice, or the expert plan, runs once; and inside the
+distinct plans each distinct filled-in sub-goal is solved once (``share_sub_goals``).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 import threading
@@ -32,6 +34,7 @@ from rolecall.optimizers.rewards.opera import (
     plan_reward,
     rewrite_reward,
 )
+from rolecall.programs.core.memo import OnceMemo
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.plan import fill_placeholders, find_placeholders, hash_refs_to_placeholders
 
@@ -128,8 +131,11 @@ class OperaRoleTasks:
         self.config = config
         self._executions: dict[tuple[Any, ...], str | None] = {}
         self._lock = threading.Lock()
+        self._memo: tuple[tuple[Any, ...], OnceMemo] | None = None
         self.execution_stats = {"executed": 0, "cached": 0}
-        """Plan executions run and served from the cache (``plan/executed``, ``plan/cached`` in the metrics)."""
+        """Plan executions run and served from the cache (``plan/executed``, ``plan/cached`` in the metrics) and,
+        with ``share_sub_goals``, the sub-goals solved and reused inside them (``plan/sub_goals_solved``,
+        ``plan/sub_goals_shared``; all counts since the start of training)."""
 
     # ------------------------------------------------------------------ inputs
     def collect(self, role: str, records: Sequence[GoldRecord], rng: random.Random) -> list[RoleInput]:
@@ -251,14 +257,31 @@ class OperaRoleTasks:
         with self._lock:
             todo = {k: pair for k, pair in zip(keys, pairs, strict=True) if k is not None and k not in self._executions}
         if todo:
-            answers = parallel_map(lambda pair: str(self.program.execute_plan(pair[0], pair[1]).answer),
+            memo = self._sub_goal_memo(next(iter(todo))[2]) if self.config.share_sub_goals else None
+            kwargs = {"memo": memo} if memo is not None else {}
+            before = (memo.misses, memo.hits) if memo is not None else (0, 0)
+            answers = parallel_map(lambda pair: str(self.program.execute_plan(pair[0], pair[1], **kwargs).answer),
                                    list(todo.values()))  # fmt: skip
             with self._lock:
                 self._executions.update(zip(todo, answers, strict=True))
+                if memo is not None:
+                    stats = self.execution_stats
+                    stats["sub_goals_solved"] = stats.get("sub_goals_solved", 0) + memo.misses - before[0]
+                    stats["sub_goals_shared"] = stats.get("sub_goals_shared", 0) + memo.hits - before[1]
         with self._lock:
             self.execution_stats["executed"] += len(todo)
             self.execution_stats["cached"] += sum(k is not None for k in keys) - len(todo)
             return [self._executions.get(k) if k is not None else None for k in keys]
+
+    def _sub_goal_memo(self, versions: tuple[Any, ...]) -> OnceMemo | None:
+        """The table of solved sub-goals for these downstream adapter versions (a new one when they change); None
+        when the program cannot take one."""
+        if "memo" not in inspect.signature(self.program.execute_plan).parameters:
+            return None
+        with self._lock:
+            if self._memo is None or self._memo[0] != versions:
+                self._memo = (versions, OnceMemo())
+            return self._memo[1]
 
     def _execution_key(self, question: str, plan: list[str]) -> tuple[Any, ...]:
         """(question, plan, versions of the adapters executing it): every role's but the plan agent's own."""

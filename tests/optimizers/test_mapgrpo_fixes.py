@@ -120,6 +120,30 @@ def test_plan_executions_are_cached_while_the_downstream_agents_are_frozen():
     assert len(program.executed) == 3
 
 
+def test_candidate_plans_that_share_a_sub_goal_solve_it_once():
+    """Three candidate plans of one step share "Who directed X?": executed concurrently, its analysis runs once."""
+    from dspy.utils.dummies import DummyLM
+
+    from rolecall.retrievers.base import Passage
+
+    answers = {"Who directed X?": "Ada", "Where was Ada born?": "Varn", "When was Ada born?": "1901"}
+    script = {q: {"sufficient": "yes", "answer": a, "confidence": "high", "missing_information": "none"}
+              for q, a in answers.items()}  # fmt: skip
+    corpus = BM25([Passage("d1", "X", "X was directed by Ada."), Passage("d2", "Ada", "Ada was born in Varn.")])
+    first = "Who directed X?"
+    plans = [[first, "Where was [p from step 1] born?"], [first, "When was [p from step 1] born?"], [first]]
+    runs = {}
+    for share in (True, False):
+        lm = DummyLM(script)
+        program = OPERA(corpus, lm=lm, demos=None, final_synthesis=False)
+        tasks = OperaRoleTasks(program, MAPGRPOConfig(share_sub_goals=share))
+        runs[share] = (tasks.execute_plans([("q?", p) for p in plans]), len(lm.history), tasks.execution_stats)
+    assert runs[True][0] == runs[False][0] == ["Varn", "1901", "Ada"]
+    assert (runs[True][1], runs[False][1]) == (3, 5)
+    assert runs[True][2] == {"executed": 3, "cached": 0, "sub_goals_solved": 3, "sub_goals_shared": 2}
+    assert runs[False][2] == {"executed": 3, "cached": 0}
+
+
 @pytest.fixture(scope="module")
 def world():
     return synthetic_world(seed=3, n_train=20, n_dev=4, n_test=4)

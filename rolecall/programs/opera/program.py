@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import dspy
 
 from rolecall.errors import ConfigError
+from rolecall.programs.core.memo import OnceMemo
 from rolecall.programs.core.options import PassageOptions, option
 from rolecall.programs.core.plan import drop_repeats, fill_placeholders
 from rolecall.programs.core.program import Program
@@ -145,16 +146,27 @@ class OPERA(Program):
         return default_opera_demos()
 
     # ------------------------------------------------------------------ entry points
-    def execute_plan(self, question: str, sub_goals: Sequence[str]) -> dspy.Prediction:
+    def execute_plan(
+        self, question: str, sub_goals: Sequence[str], *, memo: OnceMemo[tuple[SubGoalResult, int]] | None = None
+    ) -> dspy.Prediction:
         """Run the executor (analysis, rewrite and, when on, synthesis) on a given plan; never raises.
 
-        MAPGRPO scores a candidate plan by executing it downstream (f_exec of Eq. 7) with this method.
+        MAPGRPO scores a candidate plan by executing it downstream (f_exec of Eq. 7) with this method. With a
+        ``memo`` shared across calls, each distinct filled-in sub-goal is solved once: plans that share a sub-goal
+        (and the same answers before it) reuse its answer, valid while the analysis and rewrite agents do not
+        change. A reused sub-goal's retrieval and analysis steps are in the trajectory of the call that solved it.
         """
         trajectory = Trajectory(question=question)
         plan = [str(s).strip() for s in sub_goals if str(s).strip()][: self.max_sub_goals] or [question]
-        return self.guarded(trajectory, self._run, question, trajectory, plan)
+        return self.guarded(trajectory, self._run, question, trajectory, plan, memo)
 
-    def _run(self, question: str, trajectory: Trajectory, plan: list[str] | None = None) -> dspy.Prediction:
+    def _run(
+        self,
+        question: str,
+        trajectory: Trajectory,
+        plan: list[str] | None = None,
+        memo: OnceMemo[tuple[SubGoalResult, int]] | None = None,
+    ) -> dspy.Prediction:
         """Plan (unless ``plan`` is given), solve the sub-goals in order, then answer."""
         sub_goals = plan if plan is not None else self._plan(question, trajectory)
         results: list[SubGoalResult] = []
@@ -164,7 +176,10 @@ class OPERA(Program):
                 step = trajectory.event("budget_exhausted", sub_goal=index, max_steps=self.max_steps)
                 step.error = f"step budget of {self.max_steps} spent before sub-goal {index} of {len(sub_goals)}"
                 break
-            results.append(self._solve(index, text, results, trajectory, budget))
+            if memo is None:
+                results.append(self._solve(index, text, results, trajectory, budget))
+            else:
+                results.append(self._solve_once(memo, index, text, results, trajectory, budget))
         answer = self._final_answer(question, results, trajectory)
         return dspy.Prediction(
             answer=answer,
@@ -228,6 +243,28 @@ class OPERA(Program):
             result.answer, result.confidence = best[1], best[0]
         trajectory.event("unresolved_sub_goal", sub_goal=index, best_guess=best[1] or None)
         return result
+
+    def _solve_once(
+        self,
+        memo: OnceMemo[tuple[SubGoalResult, int]],
+        index: int,
+        text: str,
+        done: list[SubGoalResult],
+        trajectory: Trajectory,
+        budget: _StepBudget,
+    ) -> SubGoalResult:
+        """:meth:`_solve` through ``memo``: a sub-goal's outcome depends only on its filled-in text and on the rounds
+        the budget allows it (the retriever and the agents being fixed), so that pair is the key."""
+        filled, _ = fill_placeholders(text, {r.index: r.answer for r in done}, before=index)
+        rounds = min(budget.left, 1 + (self.max_rewrites if self.use_rewrite else 0))
+
+        def solve() -> tuple[SubGoalResult, int]:
+            own = _StepBudget(rounds)
+            return self._solve(index, text, done, trajectory, own), rounds - own.left
+
+        result, used = memo.get((filled, rounds), solve)
+        budget.left -= used
+        return replace(result, index=index, text=text, seen_ids=set(result.seen_ids))
 
     def _rewrite(
         self, index: int, attempt: int, sub_goal: str, passages: list[Passage], missing: str, trajectory: Trajectory

@@ -12,6 +12,7 @@ from dspy.utils.dummies import DummyLM
 
 from rolecall.errors import ConfigError
 from rolecall.programs import OPERA
+from rolecall.programs.core.memo import OnceMemo
 from rolecall.programs.opera import OPERAOptions
 from rolecall.retrievers.base import Passage
 
@@ -366,3 +367,34 @@ def test_real_embedded_model_runs_three_questions(tmp_path):
     assert (tmp_path / "opera" / "adapters" / "plan" / "adapter_config.json").is_file()
     loaded = OPERA.load(tmp_path / "opera", retriever=program.retriever, lm=lm)
     assert loaded.role_lm("analysis").adapter == "analysis"
+
+
+def test_execute_plan_with_a_memo_solves_a_shared_sub_goal_once(retriever):
+    """Two plans share "Who directed X?": with a memo its retrieval and analysis run once and both plans read its
+    answer; without one, each plan solves it again. Answers are the same either way."""
+    first = ["Who directed X?", "Where was [person from step 1] born?"]
+    second = ["Who directed X?", "When was [person from step 1] born?"]
+    script = [yes("Ada"), yes("Varn"), yes("1901")]
+    program = OPERA(retriever, lm=DummyLM(script), demos=None, final_synthesis=False)
+    memo = OnceMemo()
+    shared = [program.execute_plan("q?", plan, memo=memo).answer for plan in (first, second)]
+    assert shared == ["Varn", "1901"] and (memo.misses, memo.hits) == (3, 1)
+    assert [q for q, _ in retriever.calls] == ["Who directed X?", "Where was Ada born?", "When was Ada born?"]
+    retriever.calls.clear()
+    program = OPERA(retriever, lm=DummyLM([yes("Ada"), yes("Varn"), yes("Ada"), yes("1901")]), demos=None,
+                    final_synthesis=False)  # fmt: skip
+    assert [program.execute_plan("q?", plan).answer for plan in (first, second)] == shared
+    assert len(retriever.calls) == 4
+
+
+def test_a_memoized_sub_goal_spends_the_rounds_it_took_from_the_budget(retriever):
+    """The shared sub-goal took three rounds (two rewrites): the plan reusing it has one round left of four."""
+    script = [NO, {"query": "X film"}, NO, {"query": "X director"}, yes("Ada"), yes("Varn")]
+    program = OPERA(retriever, lm=DummyLM(script), demos=None, final_synthesis=False, max_steps=4)
+    memo = OnceMemo()
+    plan = ["Who directed X?", "Where was [p from step 1] born?"]
+    assert program.execute_plan("q?", plan, memo=memo).answer == "Varn"
+    pred = program.execute_plan("q?", ["Who directed X?", "Where was [p from step 1] born?", "Why?"], memo=memo)
+    assert pred.answer == "Varn" and memo.hits == 2
+    exhausted = [s for s in pred.trajectory.steps if s.role == "budget_exhausted"]
+    assert len(exhausted) == 1 and exhausted[0].meta["sub_goal"] == 3
