@@ -342,6 +342,9 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
         s: [round(r.get("reward/mean", 0.0), 3) for r in history if r["stage"] == s] for s in steps
     }
     row["rl_groups_skipped"] = sum(r.get("groups/skipped", 0.0) for r in history)
+    plan_rows = [r for r in history if r["stage"] == "plan"]
+    if plan_rows:  # cumulative counts: distinct plans executed, plans and sub-goals reused
+        row["rl_plan_execution"] = {k.split("/", 1)[1]: v for k, v in plan_rows[-1].items() if k.startswith("plan/")}
     versus = _against_warm_start(warm, out / "eval")
     if versus is not None:
         row["vs_warm_start"] = versus
