@@ -196,21 +196,25 @@ def _add_eval_parser(sub: Any) -> None:
 def _add_demo_parser(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
-        help="the main job: evaluate prompt-only OPERA, train it with SFT, evaluate again (embedded model, CPU)",
+        help="the main job: prompt-only OPERA -> SFT -> SFT + MAPGRPO, each evaluated (embedded model, CPU)",
         description="Build the synthetic world, evaluate prompt-only OPERA on held-out questions, compile it with\n"
-        "SFT on gold-path targets within a wall-clock budget (the trained roles run without demos), evaluate it\n"
-        "again and print the before/after table.\n\n"
-        "Writes OUT/before and OUT/after (per-question records with trajectories), OUT/sft (metrics.jsonl,\n"
-        "checkpoints, loss.png), OUT/program (the trained program), OUT/table.md and OUT/results.json.\n\n"
-        "Example:\n  rolecall demo --eval-questions 16 --budget-minutes 5",
+        "SFT on gold-path targets within a wall-clock budget (the trained roles run without demos), evaluate it,\n"
+        "train it further with MAPGRPO (paper Eq. 11) within --rl-minutes, evaluate it again and print the\n"
+        "three-column table (about 26 minutes on 2 CPU cores with the defaults).\n\n"
+        "Writes OUT/before, OUT/after_sft and OUT/after (per-question records with trajectories), OUT/sft\n"
+        "(metrics.jsonl, checkpoints, loss.png), OUT/mapgrpo (metrics.jsonl, checkpoints), OUT/training_curve.png\n"
+        "(reward per stage), OUT/program (the trained program), OUT/table.md and OUT/results.json.\n\n"
+        "Examples:\n  rolecall demo --optimizer sft --eval-questions 16 --budget-minutes 5   # SFT only, quicker\n"
+        "  rolecall demo --rl-minutes 12",
         formatter_class=_HelpFormatter,
     )
     p.add_argument("--seed", type=int, default=DemoConfig.seed,
                    help="seed of the synthetic world and of training (default %(default)s)")  # fmt: skip
     p.add_argument("--eval-questions", type=int, default=DemoConfig.eval_questions,
                    help="held-out test questions (default %(default)s)")  # fmt: skip
-    p.add_argument("--optimizer", default="sft", choices=("sft", "mapgrpo", "sft,mapgrpo"),
-                   help="the compile: SFT, MAPGRPO, or the ladder SFT then MAPGRPO (default: sft)")  # fmt: skip
+    p.add_argument("--optimizer", default=DemoConfig.optimizer, choices=("sft,mapgrpo", "sft", "mapgrpo"),
+                   metavar="CHAIN", help="the compile: sft,mapgrpo (the ladder: SFT, then MAPGRPO), sft (SFT only) or "
+                   "mapgrpo (MAPGRPO from the untrained roles) (default: %(default)s)")  # fmt: skip
     p.add_argument("--rl-minutes", type=float, default=DemoConfig.rl_minutes,
                    help="MAPGRPO budget after SFT in the sft,mapgrpo ladder (default %(default)s)")  # fmt: skip
     p.add_argument("--budget-minutes", type=float, default=DemoConfig.budget_minutes,

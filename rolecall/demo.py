@@ -1,14 +1,15 @@
-"""The main job (``rolecall demo`` / ``make demo``): prompt-only OPERA -> SFT -> OPERA again, on the embedded model.
+"""The main job (``rolecall demo`` / ``make demo``): OPERA's training ladder on the embedded model, prompt-only ->
+SFT -> SFT + MAPGRPO.
 
 Builds the synthetic world, evaluates prompt-only OPERA (built-in demos) on held-out test questions, compiles it with
-SFT on gold-path targets within a wall-clock budget (each role's adapter trained demo-free), evaluates the trained,
-demo-free program on the same questions and writes everything to ``runs/<timestamp>/``: ``before/`` and ``after/``
+SFT on gold-path targets within a wall-clock budget (each role's adapter trained demo-free), evaluates it, trains it
+further with MAPGRPO (paper Eq. 11: c_best enters each group's baseline and gets no gradient) within ``rl_minutes``,
+evaluates it again and writes everything to ``runs/<timestamp>/``: ``before/``, ``after_sft/`` and ``after/``
 (per-question records with trajectories, summaries), ``sft/`` (samples, ``metrics.jsonl``, checkpoints, ``loss.png``:
-the loss curve per adapter), ``program/`` (the trained program), ``table.md`` and ``results.json``.
-``optimizer="mapgrpo"`` runs the MAPGRPO compile instead (``mapgrpo/metrics.jsonl``, ``training_curve.png``), and
-``optimizer="sft,mapgrpo"`` the ladder: prompt-only -> SFT -> SFT + MAPGRPO (paper Eq. 11: c_best gets no gradient),
-each evaluated on the same questions (``after_sft/``, ``after/``), with a three-column table, the loss curve and the
-reward curves.
+the loss curve per adapter), ``mapgrpo/`` (``metrics.jsonl``, checkpoints), ``training_curve.png`` (the reward per
+MAPGRPO stage), ``program/`` (the trained program), ``table.md`` (one column per rung) and ``results.json``.
+``optimizer="sft"`` stops after SFT (a before/after table); ``optimizer="mapgrpo"`` runs MAPGRPO from the untrained
+roles (with off-policy guidance).
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ class DemoConfig:
     seed: int = 0
     """Seed of the synthetic world and of training."""
     eval_questions: int = 24
-    """Held-out test questions evaluated before and after training (24: the whole demo fits 20 minutes on 2 cores)."""
-    optimizer: str = "sft"
-    """``sft`` (gold-path SFT), ``mapgrpo`` (MAPGRPO from the untrained roles, with off-policy guidance) or
-    ``sft,mapgrpo`` (the ladder: SFT, then MAPGRPO within ``rl_minutes``)."""
+    """Held-out test questions evaluated before and after each rung (24: the whole ladder fits 30 minutes on 2
+    cores)."""
+    optimizer: str = "sft,mapgrpo"
+    """``sft,mapgrpo`` (the ladder: SFT, then MAPGRPO within ``rl_minutes``), ``sft`` (gold-path SFT only) or
+    ``mapgrpo`` (MAPGRPO from the untrained roles, with off-policy guidance)."""
     rl_minutes: float = 8.0
     """MAPGRPO's budget after SFT in the ``sft,mapgrpo`` ladder."""
     train_questions: int = 400
