@@ -200,7 +200,7 @@ def _add_demo_parser(sub: Any) -> None:
         description="Build the synthetic world, evaluate prompt-only OPERA on held-out questions, compile it with\n"
         "SFT on gold-path targets within a wall-clock budget (the trained roles run without demos), evaluate it,\n"
         "train it further with MAPGRPO (paper Eq. 11) within --rl-minutes, evaluate it again and print the\n"
-        "three-column table (about 26 minutes on 2 CPU cores with the defaults).\n\n"
+        "three-column table (about 25 minutes on 2 CPU cores with the defaults).\n\n"
         "Writes OUT/before, OUT/after_sft and OUT/after (per-question records with trajectories), OUT/sft\n"
         "(metrics.jsonl, checkpoints, loss.png), OUT/mapgrpo (metrics.jsonl, checkpoints), OUT/training_curve.png\n"
         "(reward per stage), OUT/program (the trained program), OUT/table.md and OUT/results.json.\n\n"

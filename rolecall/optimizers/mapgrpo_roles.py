@@ -13,7 +13,7 @@ scored, and what the expert c_best is.
 
 Plan executions (f_exec) are cached per (question, plan, versions of the downstream adapters): while the plan stage
 trains, the downstream agents are frozen, so a plan sampled twice, or the expert plan, runs once; and inside the
-distinct plans each distinct filled-in sub-goal is solved once (``share_sub_goals``).
+distinct plans each distinct filled-in sub-goal is solved once, for the whole plan stage (``share_sub_goals``).
 """
 
 from __future__ import annotations
