@@ -37,6 +37,14 @@ def bench_parser(doc: str | None, name: str) -> argparse.ArgumentParser:
     return parser
 
 
+def repo_relative(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (results files carry no machine's home folder)."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
 def machine_info() -> dict[str, Any]:
     """The facts about this machine and software stack that a timing depends on."""
     info: dict[str, Any] = {

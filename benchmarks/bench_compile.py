@@ -39,6 +39,7 @@ from _common import (
     fields_label,
     finished_training,
     parse_fields,
+    repo_relative,
     trained_once,
     with_fields,
     write_results,
@@ -360,14 +361,6 @@ def _em_by_id(eval_dir: Path) -> dict[str, float]:
     return {record.id: record.em for record in read_records(eval_dir / RECORDS_FILE)}
 
 
-def _shown(path: Path) -> str:
-    """``path`` relative to the repository when it lies inside it (results files carry no machine's home folder)."""
-    try:
-        return str(path.resolve().relative_to(RUNS.parent.parent))
-    except ValueError:
-        return str(path)
-
-
 def _against_warm_start(warm: Path, eval_dir: Path) -> dict[str, Any] | None:
     """The warm start's EM and the questions this rung won and lost against it, on the questions both evaluated.
 
@@ -381,7 +374,7 @@ def _against_warm_start(warm: Path, eval_dir: Path) -> dict[str, Any] | None:
         common = sorted(set(theirs) & set(ours))
         if common:
             return {
-                "records": _shown(candidate),
+                "records": repo_relative(candidate),
                 "warm_start_em": round(sum(theirs[i] for i in common) / len(common), 3),
                 "n": len(common),
                 "won": sum(ours[i] > theirs[i] for i in common),

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from _common import REPO, bench_parser, write_results
+from _common import REPO, bench_parser, repo_relative, write_results
 
 WARM_START = REPO / "runs" / "bench_compile" / "synthetic" / "opera" / "sft" / "program"
 
@@ -107,7 +107,7 @@ def main() -> None:
         "sub_goals_solved_per_wave": round(counts["sub_goals_solved"] / runs, 1),
         "sub_goals_shared_per_wave": round(counts["sub_goals_shared"] / runs, 1),
         "waves_with_same_answers": f"{same} of {runs}",
-        "program": _shown(args.program),
+        "program": repo_relative(args.program),
     }
     path = write_results(results, args)
     print(
@@ -115,13 +115,6 @@ def main() -> None:
         f"({results['speedup']}x); sub-goals solved / shared per wave {results['sub_goals_solved_per_wave']} / "
         f"{results['sub_goals_shared_per_wave']}; same answers in {results['waves_with_same_answers']}; {path}"
     )
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO))
-    except ValueError:
-        return str(path)
 
 
 if __name__ == "__main__":
