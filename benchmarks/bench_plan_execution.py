@@ -45,7 +45,7 @@ def main() -> None:
     from rolecall.data.synthetic import synthetic_world
     from rolecall.lm import LocalLM
     from rolecall.optimizers import MAPGRPO, MAPGRPOConfig
-    from rolecall.optimizers.mapgrpo import _parse, _plans
+    from rolecall.optimizers.mapgrpo import _parse, plan_wave
     from rolecall.optimizers.mapgrpo_roles import OperaRoleTasks, as_gold_record
     from rolecall.programs.registry import get_program_class
     from rolecall.retrievers.bm25 import BM25
@@ -67,13 +67,10 @@ def main() -> None:
         ctx.step = step + 1
         batch = inputs[step * args.inputs : (step + 1) * args.inputs]
         generated = sampler.generate(ctx, batch)
-        wave = []
-        for item, group in zip(batch, generated["groups"], strict=True):
-            outs = [_parse(generated["adapter"], signature, c.text) for c in group]
-            wave += [
-                (item.record.question, tuple(plan)) for plan in _plans([*outs, sampler.tasks.gold_expert("plan", item)])
-            ]
-        waves.append(list(dict.fromkeys(wave)))  # distinct plans, as the step's execution cache leaves them
+        outputs = [[_parse(generated["adapter"], signature, c.text) for c in group] for group in generated["groups"]]
+        gold = [sampler.tasks.gold_expert("plan", item) for item in batch]
+        wave = plan_wave(batch, outputs, [[] for _ in batch], gold)  # the wave MAPGRPO.execute runs
+        waves.append(list(dict.fromkeys((q, tuple(p)) for q, p in wave)))  # distinct, as the cache leaves them
 
     seconds: dict[bool, list[list[float]]] = {False: [], True: []}  # [wave][round]
     answers: dict[bool, list[list[str | None]]] = {False: [], True: []}

@@ -190,10 +190,7 @@ class MAPGRPO(WeightOptimizer):
         extra_outputs = [[_parse(adapter, signature, c.text) for c in g] for g in generated["extras"]]
         gold = [self.tasks.gold_expert(role, item) if cfg.expert == "gold" else None for item in batch]
         if role == "plan":  # one wave of executions for the step; score_one reads them from the cache
-            wave = []
-            for item, outs, more, expert_out in zip(batch, outputs, extra_outputs, gold, strict=True):
-                wave += [(item.record.question, plan) for plan in _plans([*outs, *more, expert_out])]
-            self.tasks.execute_plans(wave)
+            self.tasks.execute_plans(plan_wave(batch, outputs, extra_outputs, gold))
         return {**generated, "outputs": outputs, "extra_outputs": extra_outputs, "gold": gold}
 
     def score(self, ctx: StepContext, generated: dict[str, Any]) -> tuple[list[TrainingSample], dict[str, float]]:
@@ -320,6 +317,21 @@ def _parse(adapter: Any, signature: Any, text: str) -> dict[str, Any] | None:
         return adapter.parse(signature, text)
     except Exception:  # an unparseable candidate is data: it scores 0
         return None
+
+
+def plan_wave(
+    batch: Sequence[Any],
+    outputs: Sequence[Sequence[dict[str, Any] | None]],
+    extra_outputs: Sequence[Sequence[dict[str, Any] | None]],
+    gold: Sequence[dict[str, Any] | None],
+) -> list[tuple[str, list[str]]]:
+    """The plan stage's executions for one step: for each input (its ``record.question``), the parsed plans of its
+    on-policy candidates, its extra best-of-N samples and its expert output, in that order. Duplicates are kept; the
+    execution cache runs each distinct (question, plan) once."""
+    wave = []
+    for item, outs, more, expert_out in zip(batch, outputs, extra_outputs, gold, strict=True):
+        wave += [(item.record.question, plan) for plan in _plans([*outs, *more, expert_out])]
+    return wave
 
 
 def _plans(outputs: Sequence[dict[str, Any] | None]) -> list[list[str]]:

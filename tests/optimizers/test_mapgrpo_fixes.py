@@ -350,3 +350,14 @@ def test_groups_below_the_expert_are_trained_only_when_c_best_counts(
 def test_skip_groups_is_validated():
     with pytest.raises(ConfigError, match="skip_groups must be one of"):
         MAPGRPOConfig(skip_groups="never")
+
+
+def test_plan_wave_lists_candidates_extras_and_expert_per_question_and_drops_unparsed_plans():
+    from rolecall.optimizers.mapgrpo import plan_wave
+
+    batch = [SimpleNamespace(record=SimpleNamespace(question=q)) for q in ("Q1", "Q2")]
+    outputs = [[{"sub_goals": ["a", " "]}, None], [{"sub_goals": []}]]
+    extras = [[{"sub_goals": ["b"]}], []]
+    gold = [{"sub_goals": ["a"]}, {"sub_goals": ["g1", "g2"]}]
+    wave = plan_wave(batch, outputs, extras, gold)
+    assert wave == [("Q1", ["a"]), ("Q1", ["b"]), ("Q1", ["a"]), ("Q2", ["g1", "g2"])]
