@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +86,9 @@ other fields (learning rates, epochs, beta) trains on the samples the default ro
 
 def stride_rows(
     args: Any, warm: Path, retriever: Any, train: list[Any], test: list[Any], runs: Path
-) -> list[dict[str, Any]]:
-    """The STRIDE-FT rows: the full row (DPO on top) and the legs row on exactly its SFT samples.
+) -> Iterator[dict[str, Any]]:
+    """The STRIDE-FT rows, each yielded as soon as it is evaluated (so it is recorded before the next one trains): the
+    full row (DPO on top) and the legs row on exactly its SFT samples.
 
     With ``--ft-config`` the rows are labelled with the fields and kept in folders of their own; when no field changes
     the collection, the full row trains on the default row's samples (``runs/stride_ft``) instead of running the
@@ -109,7 +111,6 @@ def stride_rows(
     def load_stride(path: Path) -> Any:
         return STRIDE.load(path, retriever=retriever, lm=LocalLM())
 
-    out_rows = []
     wanted = {r.strip() for r in args.stride_rows.split(",") if r.strip()}
     for kind, legs in (("full", None), ("legs", ("supervisor", "extractor", "reasoner"))):
         if kind not in wanted:
@@ -165,8 +166,7 @@ def stride_rows(
         (out / "collection.json").write_text(json.dumps({"selection": selection, "collect_minutes": collect}) + "\n")
         row["ft_steps"] = {s: max((r["step"] for r in history if r["stage"] == s), default=0)
                            for s in dict.fromkeys(r["stage"] for r in history)}  # fmt: skip
-        out_rows.append(row)
-    return out_rows
+        yield row
 
 
 def _collection(folder: Path) -> tuple[dict[str, Any], float]:
