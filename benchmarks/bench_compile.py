@@ -4,7 +4,11 @@ For each program (default: OPERA; every program in ``rolecall.optimizers.sft.GOL
 on the embedded SmolLM2-135M:
 
 1. prompt-only: the program with its built-in few-shot demos, evaluated on held-out test questions;
-2. BootstrapFewShot (``--methods bfs``): DSPy's demo bootstrapping on the training questions, then evaluated;
+2. BootstrapFewShot (``--methods bfs``): DSPy's demo bootstrapping on the training questions, then evaluated. The
+   teacher that produces the traces is the untrained program itself (``--bfs-teacher self``, DSPy's default; it
+   walks the training questions one at a time until ``--bfs-demos`` of them are answered exactly, so a program that
+   is right 1-3% of the time reads a hundred or more) or the program the SFT row saved (``--bfs-teacher sft``: the
+   trained roles' traces become demos for the untrained model, which keeps its long demo prompts);
 3. SFT(gold): the same program compiled with ``rolecall.optimizers.SFT`` on training questions (each adapter trained
    on its own demo-free prompts along the gold path, within a wall-clock budget), evaluated on the same questions;
 4. OPERA's RL ladder on top of that SFT warm start (``--methods mapgrpo,grpo``): ``SFT + MAPGRPO`` (progressive,
@@ -69,8 +73,8 @@ def _row(name: str, method: str, summary: Any, train_minutes: float, dataset: st
 def _row_settings(args: Any, method: str) -> dict[str, Any]:
     """The arguments one row of ``method`` depends on, stored with the row (the file's ``config`` is the last run's)."""
     keys = ["test_questions", "train_questions", "threads", "seed", "option"]
-    if method == "BootstrapFewShot":
-        keys += ["bfs_demos"]
+    if method.startswith("BootstrapFewShot"):
+        keys += ["bfs_demos", "bfs_teacher", "bfs_train"]
     if method == "SFT(gold)":
         keys += ["budget_minutes", "epochs", "max_steps", "learning_rate", "lr_schedule", "batch_size", "grad_accum"]
     if method.startswith("SFT + "):
@@ -145,6 +149,20 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2, help="SFT samples per forward pass (default 2)")
     parser.add_argument("--grad-accum", type=int, default=1, help="SFT micro-batches per optimizer step (default 1)")
     parser.add_argument("--bfs-demos", type=int, default=3, help="BootstrapFewShot bootstrapped demos per role")
+    parser.add_argument(
+        "--bfs-teacher",
+        default="self",
+        choices=("self", "sft"),
+        help="BootstrapFewShot's teacher: the untrained program (self, DSPy's default) or the SFT row's saved program "
+        "(sft; run --methods sft first)",
+    )
+    parser.add_argument(
+        "--bfs-train",
+        type=int,
+        default=None,
+        help="training questions BootstrapFewShot may read (default: all --train-questions; it stops at --bfs-demos "
+        "answered exactly)",
+    )
     parser.add_argument("--rl-minutes", type=float, default=20.0, help="MAPGRPO / GRPO wall-clock budget (default 20)")
     parser.add_argument("--rl-steps", default="plan=6,analysis=8,rewrite=2", help="RL steps per stage (role=N,...)")
     parser.add_argument("--group-size", type=int, default=4, help="RL group size G, c_best included (default 4)")
@@ -191,7 +209,6 @@ def main() -> None:
     from rolecall.cli_compile import sft_from_args
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import evaluate
-    from rolecall.evaluation.metrics import exact_match
     from rolecall.lm import LocalLM
     from rolecall.programs.registry import build_program, get_program_class, parse_program_options
     from rolecall.retrievers.bm25 import BM25
@@ -238,22 +255,6 @@ def main() -> None:
             before = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "prompt_only",
                               resume=_resumable(args.runs / name / "prompt_only", args.resume))  # fmt: skip
             record(_row(name, "prompt-only", before.summary, 0.0, args.dataset))
-        if "bfs" in methods:
-            import dspy
-
-            def metric(example: Any, prediction: Any, trace: Any = None) -> bool:
-                return bool(exact_match(str(prediction.answer or ""), list(example.answers)))
-
-            bfs = dspy.teleprompt.BootstrapFewShot(
-                metric=metric, max_bootstrapped_demos=args.bfs_demos, max_labeled_demos=0, max_rounds=1
-            )
-            started = time.perf_counter()
-            program = build_program(name, retriever, lm, **options)
-            program = program.compile(optimizer=bfs, trainset=[e.to_dspy() for e in train])
-            minutes = (time.perf_counter() - started) / 60
-            result = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "bfs_eval",
-                              resume=_resumable(args.runs / name / "bfs_eval", args.resume))  # fmt: skip
-            record(_row(name, "BootstrapFewShot", result.summary, minutes, args.dataset))
         if "sft" in methods:
             folder = args.runs / name / "sft"
             reuse = args.resume and finished_training(folder)
@@ -278,9 +279,52 @@ def main() -> None:
                 for a, n in row["sft_steps"].items()
             }
             record(row)
+        if "bfs" in methods:
+            record(_bfs_row(args, name, options, retriever, train, test))
         for method in [m for m in ("mapgrpo", "grpo") if m in methods]:
             record(_rl_row(args, name, method, retriever, test))
     print(table(rows))
+
+
+def _bfs_row(
+    args: Any, name: str, options: dict[str, Any], retriever: Any, train: list[Any], test: list[Any]
+) -> dict[str, Any]:
+    """DSPy's BootstrapFewShot on the untrained program, its teacher the program itself or the saved SFT program."""
+    import dspy
+
+    from rolecall.evaluation import evaluate
+    from rolecall.evaluation.metrics import exact_match
+    from rolecall.lm import LocalLM
+    from rolecall.programs.registry import build_program, get_program_class
+
+    def metric(example: Any, prediction: Any, trace: Any = None) -> bool:
+        return bool(exact_match(str(prediction.answer or ""), list(example.answers)))
+
+    teacher = None
+    if args.bfs_teacher == "sft":
+        saved = args.runs / name / "sft" / "program"
+        if not (saved / "program.json").is_file():
+            raise SystemExit(f"--bfs-teacher sft: no SFT program at {saved}; run --methods sft first")
+        teacher = get_program_class(name).load(saved, retriever=retriever, lm=LocalLM())
+    bfs = dspy.teleprompt.BootstrapFewShot(
+        metric=metric, max_bootstrapped_demos=args.bfs_demos, max_labeled_demos=0, max_rounds=1
+    )
+    bootstrap_on = train[: args.bfs_train] if args.bfs_train else train
+    started = time.perf_counter()
+    student = build_program(name, retriever, LocalLM(), **options)  # a fresh base: no trained adapter leaks in
+    extra = {"teacher": teacher} if teacher is not None else {}
+    program = student.compile(optimizer=bfs, trainset=[e.to_dspy() for e in bootstrap_on], **extra)
+    minutes = (time.perf_counter() - started) / 60
+    demos = {role: len(module.demos) for role, module in program.roles.items()}
+    print(f"{name}: BootstrapFewShot ({args.bfs_teacher} teacher) in {minutes:.1f} min, demos per role {demos}",
+          flush=True)  # fmt: skip
+    method = "BootstrapFewShot" if teacher is None else "BootstrapFewShot (teacher: SFT(gold))"
+    folder = args.runs / name / ("bfs_eval" if teacher is None else "bfs_sft_teacher_eval")
+    result = evaluate(program, test, num_threads=args.threads, output_dir=folder,
+                      resume=_resumable(folder, args.resume))  # fmt: skip
+    row = _row(name, method, result.summary, minutes, args.dataset)
+    row["bfs_demos_per_role"] = demos
+    return row
 
 
 def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) -> dict[str, Any]:

@@ -38,6 +38,26 @@ def test_bootstrap_fewshot_compiles_opera(world):
     assert [s.role for s in pred.trajectory.role_steps()][:2] == ["plan", "analysis"]
 
 
+def test_bootstrap_fewshot_takes_a_teacher_program_on_its_own_lm(world):
+    # bench_compile's "--bfs-teacher sft": the traces come from another program (its own LM), the demos go to the
+    # student, and the student keeps answering with its own LM
+    student_lm, teacher_lm = SchemaLM("wrong"), SchemaLM(world.train[0].answer)
+    student = OPERA(BM25(world.corpus), lm=student_lm)
+    teacher = OPERA(BM25(world.corpus), lm=teacher_lm)
+    trainset = [e.to_dspy() for e in world.train[:6]]
+    optimizer = dspy.BootstrapFewShot(metric=_metric, max_bootstrapped_demos=1, max_labeled_demos=0, max_rounds=1)
+    compiled = student.compile(optimizer=optimizer, trainset=trainset, teacher=teacher)
+    assert teacher_lm.calls > 0
+    for role in ("plan", "analysis", "synthesis"):
+        demos = compiled.roles[role].demos
+        assert demos and all(getattr(d, "augmented", False) for d in demos), role
+    synthesis_demo = compiled.roles["synthesis"].demos[0]
+    assert synthesis_demo.answer == world.train[0].answer  # the teacher's output, not the student's
+    before = student_lm.calls
+    pred = compiled(question=world.test[0].question)
+    assert pred.answer == "wrong" and student_lm.calls > before
+
+
 def test_miprov2_light_compiles_opera(world):
     lm = SchemaLM(world.train[0].answer)
     program = OPERA(BM25(world.corpus), lm=lm)
