@@ -83,9 +83,18 @@ def _row(claim: str, method: str, result: Any, train_minutes: float, eval_minute
     }
 
 
+def _key(row: dict[str, Any]) -> tuple[str, str, str]:
+    """A row's identity: its claim, method and run tag ("" for an untagged run)."""
+    return row["claim"], row["method"], row.get("tag", "")
+
+
 def _curve(history: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, list[float]]:
     """Per-step values of ``keys`` (those the optimizer logged) from its history."""
     return {k: [round(float(r[k]), 3) for r in history if k in r] for k in keys if any(k in r for r in history)}
+
+
+def _label(row: dict[str, Any]) -> str:
+    return f"{row['method']} [{row['tag']}]" if row.get("tag") else row["method"]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -99,7 +108,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         lo, hi = r["em_ci"]
         sub = r.get("sub_questions_per_question")
         lines.append(
-            f"| {r['claim']} | {r['method']} | {r['n']} | {r['em']:.3f} | {lo:.2f}–{hi:.2f} | {r['f1']:.3f} "
+            f"| {r['claim']} | {_label(r)} | {r['n']} | {r['em']:.3f} | {lo:.2f}–{hi:.2f} | {r['f1']:.3f} "
             f"| {r['train_minutes']:.1f} | {r['searches_per_question']:.2f} | {'' if sub is None else f'{sub:.2f}'} "
             f"| {r['lm_calls_per_question']:.1f} | {r['prompt_tokens_per_call']:.0f} |"
         )
@@ -130,14 +139,20 @@ class Bench:
         except (OSError, ValueError, AttributeError):
             return []
 
+    def folder(self, claim: str) -> Path:
+        """Where ``claim``'s programs and records go: ``<runs>/<claim>``, or ``<runs>/<claim>-<tag>`` with ``--tag``."""
+        return self.args.runs / (f"{claim}-{self.args.tag}" if self.args.tag else claim)
+
     def done(self, claim: str, method: str) -> bool:
-        return any(r["claim"] == claim and r["method"] == method for r in self.rows)
+        return any(_key(r) == (claim, method, self.args.tag) for r in self.rows)
 
     def record(self, row: dict[str, Any]) -> None:
-        """Add ``row`` and rewrite the results (a killed run keeps every finished row)."""
-        self.rows = [r for r in self.rows if (r["claim"], r["method"]) != (row["claim"], row["method"])] + [row]
+        """Add ``row`` (tagged with ``--tag``) and rewrite the results (a killed run keeps every finished row)."""
+        if self.args.tag:
+            row["tag"] = self.args.tag
+        self.rows = [r for r in self.rows if _key(r) != _key(row)] + [row]
         order = {c: i for i, c in enumerate(CLAIMS)}
-        self.rows.sort(key=lambda r: order.get(r["claim"], len(order)))
+        self.rows.sort(key=lambda r: (order.get(r["claim"], len(order)), r.get("tag", "")))
         print(table([row]), flush=True)
         out = write_results({"rows": self.rows, "table": table(self.rows), "claims": claims(self.rows)}, self.args)
         out.with_suffix(".md").write_text(table(self.rows) + "\n" + "\n".join(claims(self.rows)) + "\n")
@@ -174,7 +189,7 @@ def run_search_r1(bench: Bench) -> None:
     from rolecall.optimizers import SearchR1GRPO
     from rolecall.programs.registry import build_program, get_program_class
 
-    args, runs, cls = bench.args, bench.args.runs / "search_r1", get_program_class("search_r1")
+    args, runs, cls = bench.args, bench.folder("search_r1"), get_program_class("search_r1")
     if not bench.done("search_r1", "prompt-only"):
         program = build_program("search_r1", bench.retriever, LocalLM())
         result, eval_minutes = bench.evaluate(program, runs / "prompt_only")
@@ -230,7 +245,7 @@ def run_d2plan(bench: Bench) -> None:
     from rolecall.optimizers.splanrl import SPlanRL
     from rolecall.programs.registry import build_program, get_program_class
 
-    args, runs, cls = bench.args, bench.args.runs / "d2plan", get_program_class("d2plan")
+    args, runs, cls = bench.args, bench.folder("d2plan"), get_program_class("d2plan")
     sft_folder = runs / "sft"
 
     def train_sft() -> tuple[Any, Any]:
@@ -274,7 +289,7 @@ def run_opd(bench: Bench) -> None:
     from rolecall.optimizers.opd_teacher import OPDTeacher, load_teacher
     from rolecall.programs.registry import build_program, get_program_class
 
-    args, runs = bench.args, bench.args.runs / "opd"
+    args, runs = bench.args, bench.folder("opd")
     team_cls, cascade_cls = get_program_class("hierarchical_team"), get_program_class("cascaded_team")
     sft_folder, teacher_folder = runs / "sft_team", runs / "teacher"
 
@@ -325,7 +340,16 @@ def run_opd(bench: Bench) -> None:
 
 # ---------------------------------------------------------------------------------------------- verdicts
 def claims(rows: list[dict[str, Any]]) -> list[str]:
-    """Each claim's verdict from the rows there are (a claim whose rows are missing is left out)."""
+    """Each claim's verdict from the rows there are (a claim whose rows are missing is left out), once per run tag:
+    a tagged run's rows are compared with each other, never with another run's."""
+    out: list[str] = []
+    for tag in dict.fromkeys(r.get("tag", "") for r in rows):
+        lines = _claims([r for r in rows if r.get("tag", "") == tag])
+        out += [f"{line} [{tag}]" for line in lines] if tag else lines
+    return out
+
+
+def _claims(rows: list[dict[str, Any]]) -> list[str]:
     by = {(r["claim"], r["method"]): r for r in rows}
     out: list[str] = []
 
@@ -389,6 +413,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16, help="questions run concurrently (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world and the optimizers")
     parser.add_argument("--runs", type=Path, default=RUNS, help="where programs and evaluation records are written")
+    parser.add_argument(
+        "--tag",
+        default="",
+        help="label this run's rows (shown as 'method [TAG]', compared only with each other) and folders "
+        "(<runs>/<claim>-TAG), so a rerun with other settings (e.g. a longer --rl-minutes) keeps the earlier rows",
+    )
     parser.add_argument("--fresh", action="store_true", help="start the results file empty")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
