@@ -293,12 +293,9 @@ def _bfs_row(
     import dspy
 
     from rolecall.evaluation import evaluate
-    from rolecall.evaluation.metrics import exact_match
+    from rolecall.evaluation.metrics import answer_exact_match
     from rolecall.lm import LocalLM
     from rolecall.programs.registry import build_program, get_program_class
-
-    def metric(example: Any, prediction: Any, trace: Any = None) -> bool:
-        return bool(exact_match(str(prediction.answer or ""), list(example.answers)))
 
     teacher = None
     if args.bfs_teacher == "sft":
@@ -307,7 +304,7 @@ def _bfs_row(
             raise SystemExit(f"--bfs-teacher sft: no SFT program at {saved}; run --methods sft first")
         teacher = get_program_class(name).load(saved, retriever=retriever, lm=LocalLM())
     bfs = dspy.teleprompt.BootstrapFewShot(
-        metric=metric, max_bootstrapped_demos=args.bfs_demos, max_labeled_demos=0, max_rounds=1
+        metric=answer_exact_match, max_bootstrapped_demos=args.bfs_demos, max_labeled_demos=0, max_rounds=1
     )
     bootstrap_on = train[: args.bfs_train] if args.bfs_train else train
     started = time.perf_counter()

@@ -151,14 +151,11 @@ def bootstrap_fewshot(row: Row, program: Any, trainset: list[Any]) -> Any:
     """DSPy's BootstrapFewShot on ``program`` with an EM metric (as bench_compile runs it); returns the new program."""
     import dspy
 
-    from rolecall.evaluation.metrics import exact_match
-
-    def metric(example: Any, prediction: Any, trace: Any = None) -> bool:
-        return bool(exact_match(str(prediction.answer or ""), list(example.answers)))
+    from rolecall.evaluation.metrics import answer_exact_match
 
     demos = int(row.params.get("max_bootstrapped_demos", 3))
     bfs = dspy.teleprompt.BootstrapFewShot(
-        metric=metric, max_bootstrapped_demos=demos, max_labeled_demos=0, max_rounds=1
+        metric=answer_exact_match, max_bootstrapped_demos=demos, max_labeled_demos=0, max_rounds=1
     )
     return program.compile(optimizer=bfs, trainset=[e.to_dspy() for e in trainset])
 

@@ -28,6 +28,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 from rolecall.utils.text import normalize_answer
 
@@ -38,6 +39,7 @@ __all__ = [
     "f1_precision_recall",
     "cover_exact_match",
     "qa_scores",
+    "answer_exact_match",
     "recall_at_k",
     "ndcg_at_k",
 ]
@@ -226,6 +228,18 @@ def qa_scores(prediction: str | None, gold: str | Sequence[str]) -> dict[str, fl
         "recall": recall,
         "cover_em": cover_exact_match(prediction, gold),
     }
+
+
+def answer_exact_match(example: Any, prediction: Any, trace: Any = None) -> bool:
+    """A DSPy metric (``metric(example, prediction, trace)``, as BootstrapFewShot calls it): whether the
+    prediction's ``answer`` exactly matches one of the example's ``answers``.
+
+    Example:
+        >>> import dspy
+        >>> answer_exact_match(dspy.Example(answers=["Paris"]), dspy.Prediction(answer="paris"))
+        True
+    """
+    return bool(exact_match(str(prediction.answer or ""), list(example.answers)))
 
 
 def _check_ids(ids: Sequence[Hashable], name: str) -> None:
