@@ -10,7 +10,9 @@ on the embedded SmolLM2-135M:
    is right 1-3% of the time reads a hundred or more) or the program the SFT row saved (``--bfs-teacher sft``: the
    trained roles' traces become demos for the untrained model, which keeps its long demo prompts);
 3. SFT(gold): the same program compiled with ``rolecall.optimizers.SFT`` on training questions (each adapter trained
-   on its own demo-free prompts along the gold path, within a wall-clock budget), evaluated on the same questions;
+   on its own demo-free prompts along the gold path, within a wall-clock budget), evaluated on the same questions.
+   ``--roles`` trains only some roles (the row is "SFT(gold) [roles=...]"; the others keep their demos): on HotpotQA,
+   which has answers and supporting facts but no decomposition, OPERA's only gold role is synthesis;
 4. OPERA's RL ladder on top of that SFT warm start (``--methods mapgrpo,grpo``): ``SFT + MAPGRPO`` (progressive,
    expert-augmented groups, c_best without gradient unless ``--expert-gradient``: then the row is "SFT + MAPGRPO +
    off-policy guidance") and ``SFT + GRPO`` (``JointGRPO``: all roles at once, no expert), each within
@@ -24,8 +26,10 @@ calls per question (demo-free prompts are the point of training), and each role'
 ``--runs``. A row already in that file for another (dataset, program, method) is kept, so the table can be filled
 one program at a time (``--fresh`` starts it empty); each row records the settings it ran with.
 
-Example:
+Examples:
     .venv/bin/python benchmarks/bench_compile.py --test-questions 50 --train-questions 200 --budget-minutes 12
+    .venv/bin/python benchmarks/bench_compile.py --dataset musique --programs opera,single_step_rag --epochs 6
+    .venv/bin/python benchmarks/bench_compile.py --dataset hotpotqa --programs opera --roles synthesis --epochs 6
 """
 
 from __future__ import annotations
@@ -75,8 +79,9 @@ def _row_settings(args: Any, method: str) -> dict[str, Any]:
     keys = ["test_questions", "train_questions", "threads", "seed", "option"]
     if method.startswith("BootstrapFewShot"):
         keys += ["bfs_demos", "bfs_teacher", "bfs_train"]
-    if method == "SFT(gold)":
-        keys += ["budget_minutes", "epochs", "max_steps", "learning_rate", "lr_schedule", "batch_size", "grad_accum"]
+    if method.startswith("SFT(gold)"):
+        keys += ["budget_minutes", "epochs", "max_steps", "learning_rate", "lr_schedule", "batch_size", "grad_accum",
+                 "roles"]  # fmt: skip
     if method.startswith("SFT + "):
         keys += ["rl_minutes", "rl_steps", "group_size", "inputs_per_step", "expert_gradient", "warm_start",
                  "rl_config"]  # fmt: skip
@@ -124,6 +129,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
+    from rolecall import cli_compile
+
     parser = bench_parser(__doc__, "bench_compile")
     parser.add_argument("--programs", default="opera", help="comma-separated registry names (default: opera)")
     parser.add_argument(
@@ -148,6 +155,7 @@ def main() -> None:
     )
     parser.add_argument("--batch-size", type=int, default=2, help="SFT samples per forward pass (default 2)")
     parser.add_argument("--grad-accum", type=int, default=1, help="SFT micro-batches per optimizer step (default 1)")
+    parser.add_argument("--roles", default=None, metavar="ROLE[,ROLE]", help=cli_compile.ROLES_HELP)
     parser.add_argument("--bfs-demos", type=int, default=3, help="BootstrapFewShot bootstrapped demos per role")
     parser.add_argument(
         "--bfs-teacher",
@@ -272,7 +280,8 @@ def main() -> None:
             resume_eval = _resumable(args.runs / name / "sft_eval", reuse)  # a new training: old records go
             after = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "sft_eval",
                              resume=resume_eval)  # fmt: skip
-            row = _row(name, "SFT(gold)", after.summary, minutes, args.dataset)
+            label = f"SFT(gold) [roles={args.roles}]" if args.roles else "SFT(gold)"  # the others keep their demos
+            row = _row(name, label, after.summary, minutes, args.dataset)
             row["sft_steps"] = {r["adapter"]: r["step"] for r in history}
             row["sft_step_seconds"] = {
                 a: round(sum(r["time/step"] for r in history if r["adapter"] == a) / n, 1)

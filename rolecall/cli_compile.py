@@ -77,6 +77,24 @@ def add_compile_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_compile)
 
 
+ROLES_HELP = (
+    "SFT: train only these roles' adapters; the others keep their demos (default: every role with a target; on "
+    "HotpotQA, which has no gold decomposition, OPERA's only gold role is synthesis: --roles synthesis)"
+)
+
+
+def parse_roles(text: str | None) -> tuple[str, ...] | None:
+    """``--roles plan,synthesis`` as a tuple (None when not given); SFT checks the names against the program.
+
+    Example:
+        >>> parse_roles(" plan, synthesis ")
+        ('plan', 'synthesis')
+    """
+    if text is None:
+        return None
+    return tuple(r.strip() for r in text.split(",") if r.strip()) or None
+
+
 def add_training_arguments(p: argparse.ArgumentParser) -> None:
     """The flags that say what to train and how: program, optimizer chain, data, model, training settings and
     ``--config`` (shared by ``rolecall compile`` and ``rolecall tune``)."""
@@ -124,6 +142,7 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--batch-size", type=int, default=2, help="samples per forward pass (default: 2)")
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default: 1)")
+    p.add_argument("--roles", default=None, metavar="ROLE[,ROLE]", help=ROLES_HELP)
     p.add_argument("--budget-minutes", type=float, default=None, help="stop training after this much wall time")
     p.add_argument("--k", type=int, default=5, help="the program's top_k and the retriever's default k (default: 5)")
     p.add_argument("--threads", type=int, default=8, help="questions collected concurrently (default: 8)")
@@ -326,7 +345,8 @@ def sft_from_args(
     args: argparse.Namespace, output_dir: Path, *, resume: bool = False, show_progress: bool = True, cls: Any = None
 ) -> Any:
     """The SFT optimizer that ``rolecall compile``'s training flags describe (``--epochs``, ``--max-steps``,
-    ``--learning-rate``, ``--lr-schedule``, ``--batch-size``, ``--grad-accum``, ``--budget-minutes``, ``--threads``),
+    ``--learning-rate``, ``--lr-schedule``, ``--batch-size``, ``--grad-accum``, ``--roles``, ``--budget-minutes``,
+    ``--threads``),
     checked before any model loads; ``benchmarks/bench_compile.py`` shares the flags. ``cls`` is an SFT subclass to
     build instead (``MultiTaskSFT``).
 
@@ -335,7 +355,9 @@ def sft_from_args(
     """
     from rolecall.optimizers.sft import SFT, parse_max_steps
 
+    roles = parse_roles(getattr(args, "roles", None))
     return (cls or SFT)(
+        **({"roles": roles} if roles else {}),  # unset: the optimizer's own default (MultiTaskSFT's planning roles)
         epochs=args.epochs,
         max_steps=parse_max_steps(args.max_steps),
         resume=resume,

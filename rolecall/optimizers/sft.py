@@ -168,6 +168,11 @@ class SFT(WeightOptimizer):
         """
         cfg = self.sft_config
         examples = trainable_examples("SFT", student, trainset, "with gold decompositions")
+        if cfg.roles is not None and (unknown := sorted(set(cfg.roles) - set(student.roles))):
+            raise ConfigError(
+                f"SFT roles={list(cfg.roles)}: {type(student).__name__} has no role {', '.join(map(repr, unknown))}; "
+                f"its roles are {list(student.roles)}"
+            )
         if cfg.multitask:
             trained_roles = [r for r in student.roles if cfg.roles is None or r in cfg.roles]
             student.adapter_groups = check_adapter_groups({"multitask": trained_roles}, list(student.roles))
@@ -178,7 +183,7 @@ class SFT(WeightOptimizer):
             self.samples = self._collect_samples(student, examples, set(adapters))
             self._save_samples()
         elif cfg.demo_free:
-            for adapter in adapters:
+            for adapter in self.samples:
                 student.mark_trained(adapter)
         if not self.samples:
             raise ConfigError(
@@ -215,6 +220,7 @@ class SFT(WeightOptimizer):
     def _collect_samples(self, program: Program, examples: list[Example], adapters: set[str]) -> dict[str, list]:
         cfg = self.sft_config
         lm = program.lm
+        demos = {role: list(predictor.demos) for role, predictor in program.roles.items()}
         if cfg.source == "gold":
             if cfg.demo_free:
                 for adapter in adapters:
@@ -234,6 +240,19 @@ class SFT(WeightOptimizer):
             for sample in samples_from_trajectory(steps, lm, roles=cfg.roles):
                 if sample.adapter in adapters:
                     samples.setdefault(sample.adapter, []).append(sample)
+        if untargeted := sorted(adapters - set(samples)):
+            # no gold target for these adapters (e.g. OPERA's plan on HotpotQA, which has no decomposition): they stay
+            # untrained, so they keep their demos; the collection ran them demo-free, so pass ``roles`` to train only
+            # the others on the prompts they will see
+            targeted = sorted(r for a in samples for r in program.adapter_roles()[a])
+            logger.warning(
+                "SFT: no %s target for adapter(s) %s; they stay untrained and keep their demos (pass roles=%s to "
+                "collect with them)", cfg.source, untargeted, targeted
+            )  # fmt: skip
+            for adapter in untargeted:
+                program.mark_trained(adapter, demo_free=False)
+                for role in program.adapter_roles()[adapter]:
+                    program.roles[role].demos = demos[role]
         return samples
 
     def _gold_trajectories(self, program: Program, examples: list[Example]) -> list[Any]:

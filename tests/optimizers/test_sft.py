@@ -35,10 +35,11 @@ def test_gold_sft_trains_every_opera_adapter_on_demo_free_prompts(world, lm, tmp
     before = {a: lora(lm, a) for a in program.adapter_roles()}
     sft = SFT(epochs=1, learning_rate=1e-2, output_dir=str(tmp_path), show_progress=False, num_threads=2)
     compiled = program.compile(optimizer=sft, trainset=world.train)
-    assert compiled is program and program.demo_free_adapters == {"plan", "analysis", "rewrite", "synthesis"}
-    assert all(p.demos == [] for p in program.roles.values())  # the compiled roles run without demos
     trained = {r["adapter"] for r in sft.history}
     assert {"plan", "analysis", "synthesis"} <= trained
+    assert compiled is program and program.demo_free_adapters == trained
+    for role, predictor in program.roles.items():  # trained roles run without demos; one without a target keeps them
+        assert (predictor.demos == []) == (role in trained), role
     for adapter in trained:  # real gradient updates changed the adapter's weights
         after = lora(lm, adapter)
         assert any(not torch.equal(before[adapter][n], after[n]) for n in after), adapter
@@ -143,8 +144,8 @@ def test_self_sft_keeps_passing_runs_and_trains_them_on_short_demo_free_prompts(
     assert program.demo_free_adapters == set() and program.plan.demos  # a failed compile changes nothing
     sft = SFT(source="self", tries=1, threshold=0.0, epochs=1, max_steps=1, show_progress=False, num_threads=2)
     program.compile(optimizer=SFT(sft.sft_config, teacher=teacher), trainset=world.train[:2])
-    assert program.demo_free_adapters == {"plan", "analysis", "rewrite", "synthesis"}
-    assert all(program.roles[r].demos == [] for r in ("plan", "analysis", "synthesis"))
+    assert program.demo_free_adapters == {"plan", "analysis", "synthesis"}  # no run called rewrite: it is untrained
+    assert all(program.roles[r].demos == [] for r in ("plan", "analysis", "synthesis")) and program.rewrite.demos
     assert program.plan.lm is not teacher  # the student's adapters are bound again after collection
     trajectory = program(question=world.train[0].question).trajectory
     redone = rerender(program, trajectory)
@@ -174,10 +175,26 @@ def test_gold_sft_trains_single_step_rag_on_its_answer_role(world, lm):
     assert {r["adapter"] for r in sft.history} == set(program.adapter_roles()) and program.demo_free_adapters
 
 
-def test_gold_sft_never_trains_on_calls_the_gold_path_left_to_the_lm(world, lm):
+def test_without_a_decomposition_only_opera_synthesis_trains_and_the_other_roles_keep_their_demos(world, lm):
     from dataclasses import replace
 
-    without = [replace(e, decomposition=None) for e in world.train]  # OPERA's builder answers nothing then
+    without = [replace(e, decomposition=None) for e in world.train]  # HotpotQA: only the answer is gold
     program = OPERA(BM25(world.corpus), lm=lm)
-    with pytest.raises(ConfigError, match="no training sample from 'gold' targets"):
-        program.compile(optimizer=SFT(show_progress=False, num_threads=2), trainset=without)
+    demos = {role: list(p.demos) for role, p in program.roles.items()}
+    sft = SFT(epochs=1, max_steps=1, show_progress=False, num_threads=2)
+    program.compile(optimizer=sft, trainset=without)
+    assert {r["adapter"] for r in sft.history} == {"synthesis"}  # no sample from a call left to the LM
+    assert program.demo_free_adapters == {"synthesis"} and program.synthesis.demos == []
+    for role in ("plan", "analysis", "rewrite"):  # untrained: their demos are back for inference
+        assert program.roles[role].demos == demos[role] and demos[role], role
+
+
+def test_sft_roles_trains_only_those_roles_and_names_an_unknown_one(world, lm):
+    program = OPERA(BM25(world.corpus), lm=lm)
+    sft = SFT(epochs=1, max_steps=1, roles=("synthesis",), show_progress=False, num_threads=2)
+    program.compile(optimizer=sft, trainset=world.train)
+    assert {r["adapter"] for r in sft.history} == {"synthesis"} and program.demo_free_adapters == {"synthesis"}
+    assert program.plan.demos  # never marked trained, so the collection ran it with its demos too
+    other = OPERA(BM25(world.corpus), lm=lm)
+    with pytest.raises(ConfigError, match=r"no role 'planner'.*'plan', 'analysis'"):
+        other.compile(optimizer=SFT(roles=("planner",), show_progress=False), trainset=world.train)

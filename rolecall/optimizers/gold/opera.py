@@ -77,7 +77,9 @@ class _OperaGold:
         self._filled = {text_key(filled): i for i, (_, filled, _) in enumerate(self.sub_goals)}
 
     def __call__(self, program: Program, role: str, inputs: dict[str, Any], trajectory: Trajectory) -> dict | None:
-        if not self.sub_goals:
+        if not self.sub_goals:  # HotpotQA: only the answer is gold, so only the synthesis role has a target
+            if role == "synthesis" and self.example.answers:
+                return {"answer": self.example.answer}
             logger.debug("example %s has no gold decomposition; role %s left to the LM", self.example.id, role)
             return None
         if role == "plan":
@@ -143,7 +145,8 @@ def opera_gold(example: Example, corpus: Mapping[str, Document] | Sequence[Docum
 
     Args:
         example: an example with a gold decomposition (sub-questions with ``#k`` references, answers and supporting
-            passage ids); without one every call is left to the LM.
+            passage ids); without one (HotpotQA) only the synthesis role gets its target, the gold answer, and every
+            other call is left to the LM.
         corpus: documents by id, or a list of them, to name a missing passage in ``missing_information`` and in the
             rewrite query; without it the titles come from the run's retrievals, else the ids (``title::hash``), else
             the sub-goal is the query.

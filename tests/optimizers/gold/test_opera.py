@@ -194,3 +194,12 @@ def test_a_sub_goal_matching_no_gold_step_is_taken_by_position(world, bm25):
     first, second = pred.trajectory.role_steps("analysis")
     assert first.outputs["answer"] == "Shigra Sikarndal"
     assert second.inputs["sub_goal"] == "Home country of Shigra Sikarndal?" and second.outputs["answer"] == "Kriagonia"
+
+
+def test_without_a_decomposition_only_synthesis_gets_the_gold_answer(world):
+    from dataclasses import replace
+
+    e = replace(world.train[0], decomposition=None)  # a HotpotQA-like example: answer only
+    override = opera_gold(e, corpus=world.corpus)
+    assert override(None, "synthesis", {"question": e.question}, None) == {"answer": e.answer}
+    assert all(override(None, role, {}, None) is None for role in ("plan", "analysis", "rewrite"))
