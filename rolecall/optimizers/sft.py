@@ -221,6 +221,7 @@ class SFT(WeightOptimizer):
         cfg = self.sft_config
         lm = program.lm
         demos = {role: list(predictor.demos) for role, predictor in program.roles.items()}
+        trained_before = set(program.demo_free_adapters)  # a warm start's trained adapters stay as they were
         if cfg.source == "gold":
             if cfg.demo_free:
                 for adapter in adapters:
@@ -249,7 +250,7 @@ class SFT(WeightOptimizer):
                 "SFT: no %s target for adapter(s) %s; they stay untrained and keep their demos (pass roles=%s to "
                 "collect with them)", cfg.source, untargeted, targeted
             )  # fmt: skip
-            for adapter in untargeted:
+            for adapter in set(untargeted) - trained_before:
                 program.mark_trained(adapter, demo_free=False)
                 for role in program.adapter_roles()[adapter]:
                     program.roles[role].demos = demos[role]

@@ -187,6 +187,9 @@ def test_without_a_decomposition_only_opera_synthesis_trains_and_the_other_roles
     assert program.demo_free_adapters == {"synthesis"} and program.synthesis.demos == []
     for role in ("plan", "analysis", "rewrite"):  # untrained: their demos are back for inference
         assert program.roles[role].demos == demos[role] and demos[role], role
+    program.mark_trained("plan")  # as if an earlier compile had trained it: a later SFT with no plan target keeps it so
+    program.compile(optimizer=SFT(epochs=1, max_steps=1, show_progress=False, num_threads=2), trainset=without)
+    assert program.demo_free_adapters == {"plan", "synthesis"} and program.plan.demos == []
 
 
 def test_sft_roles_trains_only_those_roles_and_names_an_unknown_one(world, lm):
