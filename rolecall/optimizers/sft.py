@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from rolecall.data.types import Example
 from rolecall.errors import ConfigError
-from rolecall.evaluation.metrics import exact_match
+from rolecall.evaluation.metrics import answer_exact_match
 from rolecall.optimizers.core import distributed
 from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
 from rolecall.optimizers.core.config import LRSchedule, TrainerConfig
@@ -386,4 +386,4 @@ def plot_loss(history: Sequence[dict[str, Any]], path: Path) -> None:
 
 
 def _exact_match(example: Example, prediction: Any) -> float:
-    return float(exact_match(str(prediction.answer or ""), list(example.answers)))
+    return float(answer_exact_match(example, prediction))
