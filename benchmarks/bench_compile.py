@@ -8,7 +8,8 @@ on the embedded SmolLM2-135M:
    teacher that produces the traces is the untrained program itself (``--bfs-teacher self``, DSPy's default; it
    walks the training questions one at a time until ``--bfs-demos`` of them are answered exactly, so a program that
    is right 1-3% of the time reads a hundred or more) or the program the SFT row saved (``--bfs-teacher sft``: the
-   trained roles' traces become demos for the untrained model, which keeps its long demo prompts);
+   trained roles' traces become demos for the untrained model, which keeps its long demo prompts; the row's minutes
+   are the bootstrapping's, the teacher's SFT minutes are ``teacher_train_minutes``);
 3. SFT(gold): the same program compiled with ``rolecall.optimizers.SFT`` on training questions (each adapter trained
    on its own demo-free prompts along the gold path, within a wall-clock budget), evaluated on the same questions.
    ``--roles`` trains only some roles (the row is "SFT(gold) [roles=...]"; the others keep their demos): on HotpotQA,
@@ -306,12 +307,13 @@ def _bfs_row(
     from rolecall.lm import LocalLM
     from rolecall.programs.registry import build_program, get_program_class
 
-    teacher = None
+    teacher, teacher_minutes = None, None
     if args.bfs_teacher == "sft":
-        saved = args.runs / name / "sft" / "program"
-        if not (saved / "program.json").is_file():
-            raise SystemExit(f"--bfs-teacher sft: no SFT program at {saved}; run --methods sft first")
-        teacher = get_program_class(name).load(saved, retriever=retriever, lm=LocalLM())
+        folder = args.runs / name / "sft"
+        if not finished_training(folder):
+            raise SystemExit(f"--bfs-teacher sft: no finished SFT training in {folder}; run --methods sft first")
+        teacher = get_program_class(name).load(folder / "program", retriever=retriever, lm=LocalLM())
+        teacher_minutes = json.loads((folder / "train.json").read_text(encoding="utf-8"))["minutes"]
     bfs = dspy.teleprompt.BootstrapFewShot(
         metric=answer_exact_match, max_bootstrapped_demos=args.bfs_demos, max_labeled_demos=0, max_rounds=1
     )
@@ -330,6 +332,8 @@ def _bfs_row(
                       resume=_resumable(folder, args.resume))  # fmt: skip
     row = _row(name, method, result.summary, minutes, args.dataset)
     row["bfs_demos_per_role"] = demos
+    if teacher_minutes is not None:  # the teacher's own SFT, not counted in the row's minutes of bootstrapping
+        row["teacher_train_minutes"] = round(teacher_minutes, 2)
     return row
 
 
