@@ -310,10 +310,12 @@ def _bfs_row(
     teacher, teacher_minutes = None, None
     if args.bfs_teacher == "sft":
         folder = args.runs / name / "sft"
-        if not finished_training(folder):
+
+        def no_teacher() -> tuple[Any, Any]:
             raise SystemExit(f"--bfs-teacher sft: no finished SFT training in {folder}; run --methods sft first")
-        teacher = get_program_class(name).load(folder / "program", retriever=retriever, lm=LocalLM())
-        teacher_minutes = json.loads((folder / "train.json").read_text(encoding="utf-8"))["minutes"]
+
+        load = functools.partial(get_program_class(name).load, retriever=retriever, lm=LocalLM())
+        teacher, teacher_minutes, _ = trained_once(folder, load, no_teacher)
     bfs = dspy.teleprompt.BootstrapFewShot(
         metric=answer_exact_match, max_bootstrapped_demos=args.bfs_demos, max_labeled_demos=0, max_rounds=1
     )

@@ -142,7 +142,7 @@ class SFT(WeightOptimizer):
         super().__init__(cfg.loop_config("interleaved"))
         if teacher is not None and cfg.source != "self":
             raise ConfigError("SFT(teacher=...) samples the teacher's trajectories: pass source='self' with it")
-        self.metric = metric or _exact_match
+        self.metric = metric or answer_exact_match
         self.teacher = teacher
         self.samples: dict[str, list[TrainingSample]] = {}
 
@@ -383,7 +383,3 @@ def plot_loss(history: Sequence[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def _exact_match(example: Example, prediction: Any) -> float:
-    return float(answer_exact_match(example, prediction))
