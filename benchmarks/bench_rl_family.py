@@ -333,8 +333,8 @@ def run_opd(bench: Bench) -> None:
         row["teacher_minutes"] = round(teacher_minutes, 2)
         row["teacher_curve"] = _curve(teacher_history, ("reward/outcome", "team/searches"))
         row["steps"] = len(history)
-        row["curve"] = _curve(history, ("reward/outcome", "reward/leader", "team/tool_steps", "kl/teacher",
-                                        "time/step"))  # fmt: skip
+        row["curve"] = _curve(history, ("reward/outcome", "reward/leader", "team/tool_steps", "team/searches",
+                                        "kl/teacher", "time/step"))  # fmt: skip
         bench.record(row)
 
 

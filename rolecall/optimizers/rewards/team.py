@@ -282,7 +282,8 @@ class TeamRewards:
         answerer: R_A,i,j of each candidate (-1 where it did not parse).
         searcher: R_S,i of the Stage-I Searcher; None in Stage II (its tokens get Eq. 5 instead).
         leader: R_L,i; None in Stage I.
-        searches: the Stage-I Searcher's own search actions (the b_S count).
+        searches: the Searchers' own valid search actions (Stage I: the one Searcher's, the b_S count; Stage II: all
+            Searchers' together, so training logs show whether the Searchers keep searching).
         tool_steps: C_tool,i.
     """
 
@@ -365,8 +366,9 @@ def hierarchical_team_rewards(
 
     C_tool is :func:`~rolecall.programs.team.program.tool_steps`. The Leader was valid when every one of its turns was
     (``meta["valid"]``: a parsed delegation with subtasks, or an answer with a usable selection). A Leader that
-    delegates nothing (answers at once) is valid with C_tool = 0. The KL toward the Teacher needs log-probs, so it is
-    applied afterwards with :func:`kl_penalized_reward`.
+    delegates nothing (answers at once) is valid with C_tool = 0. ``searches`` counts every Searcher's valid search
+    turns (no reward uses it; it is the search count the ablation is about). The KL toward the Teacher needs log-probs,
+    so it is applied afterwards with :func:`kl_penalized_reward`.
     """
     w = weights or TeamRewardWeights()
     candidates = answerer_candidates(trajectory)
@@ -374,10 +376,12 @@ def hierarchical_team_rewards(
     r_em = team_outcome(scores)
     c_tool = tool_steps(trajectory)
     valid = all(s.meta.get("valid", False) for s in trajectory.role_steps("leader"))
+    searcher_turns = trajectory.role_steps("searcher")
     return TeamRewards(
         outcome=r_em,
         scores=scores,
         answerer=_answerer_rewards(scores, candidates, w),
         leader=leader_reward(r_em, c_tool, valid=valid, weights=w),
+        searches=sum(1 for s in searcher_turns if s.meta.get("action") == "search" and s.meta.get("valid")),
         tool_steps=c_tool,
     )

@@ -193,6 +193,7 @@ def test_stage_two_leader_reward_counts_environment_steps_with_a_search():
     rewards = hierarchical_team_rewards(t, "Varn")
     assert rewards.tool_steps == 2 and rewards.leader == pytest.approx(0.9 + 0.1 * 2 / 6)
     assert rewards.answerer == [1.0, 1.0, 0.0] and rewards.searcher is None
+    assert rewards.searches == 3 and rewards.metrics()["team/searches"] == 3.0  # both Searchers' searches
     assert rewards.metrics()["reward/leader"] == pytest.approx(0.933333, abs=1e-6)
 
 
@@ -214,6 +215,7 @@ def test_stage_two_invalid_leader_turn_scores_minus_one():
     leader_turn(t, round_=2, env_step=3, action="answer", selected=[1])
     answerer_call(t, ["Varn"])
     assert hierarchical_team_rewards(t, "Varn").leader == -1.0
+    assert hierarchical_team_rewards(t, "Varn").searches == 0  # a report is not a search
     no_rule = hierarchical_team_rewards(t, "Varn", weights=TeamRewardWeights(invalid_reward=None))
     assert no_rule.leader == pytest.approx(0.9)
 
