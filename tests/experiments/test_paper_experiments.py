@@ -201,7 +201,7 @@ def test_configs_name_valid_programs_and_methods(opera, paper):
 
     config = load_config(EXPERIMENTS / "configs" / f"{paper}.toml")
     assert config.paper == paper and set(config.datasets) == set(DATASETS)
-    assert config.sizes["smoke"].test_questions <= 2 and config.sizes["default"].test_questions >= 40
+    assert config.sizes["smoke"].test_questions <= 2 and config.sizes["default"].test_questions >= 20
     for row in config.rows:
         assert row.program in program_names() and row.method in METHODS
     assert any(METHODS[r.method].trains for r in config.rows) and any(r.paper for r in config.rows)
