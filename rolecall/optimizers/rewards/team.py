@@ -41,7 +41,7 @@ from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match
 from rolecall.optimizers.grpo.advantages import group_advantages, teacher_token_advantages
 from rolecall.optimizers.grpo.loss import per_token_kl_k3
-from rolecall.programs.core.trajectory import Trajectory
+from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.programs.team.program import tool_steps
 
 __all__ = [
@@ -317,6 +317,11 @@ def answerer_candidates(trajectory: Trajectory) -> list[str | None]:
     return list(calls[-1].meta.get("candidates", [])) if calls else []
 
 
+def _valid_searches(turns: Sequence[Step]) -> int:
+    """Searcher turns that were the Searcher's own valid ``search`` action (not one the program ran in its place)."""
+    return sum(1 for s in turns if s.meta.get("action") == "search" and s.meta.get("valid"))
+
+
 def _answerer_rewards(scores: list[float], candidates: list[str | None], w: TeamRewardWeights) -> list[float]:
     return [answerer_reward(c, valid=cand is not None, weights=w) for c, cand in zip(scores, candidates, strict=True)]
 
@@ -345,7 +350,7 @@ def cascaded_team_rewards(
     scores = candidate_scores(candidates, gold_answers)
     r_em = team_outcome(scores)
     turns = [s for s in trajectory.role_steps("searcher") if s.meta.get("searcher") == searcher]
-    searches = sum(1 for s in turns if s.meta.get("action") == "search" and s.meta.get("valid"))
+    searches = _valid_searches(turns)
     reported = any(s.meta.get("action") == "report" and s.meta.get("valid") for s in turns)
     valid = all(s.meta.get("valid", False) for s in turns)
     b_s = search_bonus(searches, reported=reported)
@@ -376,12 +381,11 @@ def hierarchical_team_rewards(
     r_em = team_outcome(scores)
     c_tool = tool_steps(trajectory)
     valid = all(s.meta.get("valid", False) for s in trajectory.role_steps("leader"))
-    searcher_turns = trajectory.role_steps("searcher")
     return TeamRewards(
         outcome=r_em,
         scores=scores,
         answerer=_answerer_rewards(scores, candidates, w),
         leader=leader_reward(r_em, c_tool, valid=valid, weights=w),
-        searches=sum(1 for s in searcher_turns if s.meta.get("action") == "search" and s.meta.get("valid")),
+        searches=_valid_searches(trajectory.role_steps("searcher")),
         tool_steps=c_tool,
     )
