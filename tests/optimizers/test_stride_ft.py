@@ -367,3 +367,23 @@ def test_selection_settings_are_tried_on_one_collection_with_runs_from(world, lm
     assert [len(g) for g in runs] == [3, 3]
     assert sum(len(g) for g in load_runs(tmp_path / "lever", examples).values()) == 6  # its own journal holds all
     assert sum(len(g) for g in load_runs(tmp_path / "first", examples).values()) == 4  # the source is not touched
+
+
+def test_collect_minutes_stops_starting_runs_round_by_round_and_a_resume_runs_the_rest(world, lm, tmp_path):
+    program = CountedSTRIDE(BM25(world.corpus), lm=lm)
+    examples = world.train[:2]
+    ticks = iter(range(0, 10_000, 60))  # a virtual clock: each reading is a minute later
+    optimizer = STRIDEFT(num_plans=2, collect_minutes=2.5, num_threads=1, output_dir=str(tmp_path),
+                         show_progress=False)  # fmt: skip
+    optimizer.clock = lambda: next(ticks)
+    CountedSTRIDE.calls = 0
+
+    runs = optimizer._run_all(program, examples)
+
+    assert CountedSTRIDE.calls == 2 and [len(g) for g in runs] == [1, 1]  # every question's first plan, then cut
+    assert optimizer.selection["runs_not_started"] == 2
+    resumed = STRIDEFT(num_plans=2, output_dir=str(tmp_path), resume=True, show_progress=False)
+    assert [len(g) for g in resumed._run_all(program, examples)] == [2, 2] and CountedSTRIDE.calls == 4
+    assert resumed.selection["runs_not_started"] == 0
+    with pytest.raises(ConfigError, match="collect_minutes"):
+        STRIDEFT(collect_minutes=0)

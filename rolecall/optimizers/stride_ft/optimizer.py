@@ -116,6 +116,11 @@ class STRIDEFTConfig(LoopOptions):
     shorter one; use with a larger ``beta``)."""
     demo_free: bool = True
     """Train on (and afterwards run) the tuned roles' prompts without demos."""
+    collect_minutes: float | None = option(None, low=1e-6)
+    """Not the paper's: wall-clock minutes of the collection (``time_budget_minutes`` bounds the training steps
+    only; None: no limit). No run starts after it; runs go round by round (every question's first plan, then every
+    second) so a cut collection leaves each question as many runs as the others, give or take one. The runs it did
+    not start are counted in :attr:`STRIDEFT.selection` (``runs_not_started``) and run by a resumed collection."""
     runs_from: str | None = None
     """A ``runs.jsonl`` (or the folder holding one) of an earlier collection on the same training questions and
     program: its runs are selected from instead of running the program again (the runs it lacks are still run). For
@@ -290,7 +295,7 @@ class STRIDEFT(WeightOptimizer):
         source = _runs_file(cfg.runs_from) if cfg.runs_from else (journal if cfg.resume else None)
         kept = load_runs(source, examples) if source is not None and source.is_file() else {}
         grouped: list[list[Run]] = [kept.get(i, [])[: cfg.num_plans] for i in range(len(examples))]
-        jobs = [(i, e) for i, e in enumerate(examples) for _ in range(cfg.num_plans - len(grouped[i]))]
+        jobs = [(i, e) for r in range(cfg.num_plans) for i, e in enumerate(examples) if r >= len(grouped[i])]
         reused = sum(len(g) for g in grouped)
         if reused:
             logger.info("STRIDEFT: %d runs reused from %s, %d to run", reused, source, len(jobs))
@@ -306,8 +311,13 @@ class STRIDEFT(WeightOptimizer):
             program.lm_kwargs[role] = {**saved[role], "temperature": cfg.plan_temperature}
         bar = tqdm(total=len(jobs), desc="STRIDE-FT runs", disable=not cfg.show_progress or not jobs)
 
-        def run(job: tuple[int, Example]) -> tuple[int, Run]:
+        deadline = None if cfg.collect_minutes is None else self.clock() + 60 * cfg.collect_minutes
+
+        def run(job: tuple[int, Example]) -> tuple[int, Run | None]:
             index, example = job
+            if deadline is not None and self.clock() >= deadline:
+                bar.update(1)
+                return index, None
             pred = program(question=example.question)
             plan = getattr(pred, "sub_questions", None) or []
             last = plan[-1]["id"] if plan else None
@@ -326,8 +336,16 @@ class STRIDEFT(WeightOptimizer):
                 writer.close()
             for role in plan_roles:
                 program.lm_kwargs[role] = saved[role]
+        not_started = 0
         for index, result in done:
-            grouped[index].append(result)
+            if result is None:
+                not_started += 1
+            else:
+                grouped[index].append(result)
+        self.selection["runs_not_started"] = not_started
+        if not_started:
+            logger.warning("STRIDEFT: collect_minutes=%s spent; %d of %d runs not started (resume=True runs them)",
+                           cfg.collect_minutes, not_started, len(jobs))  # fmt: skip
         return grouped
 
     def _minimal_facts(self, program: STRIDE, runs: list[Run]) -> list[tuple[Step, list[str]]]:
