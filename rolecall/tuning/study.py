@@ -100,7 +100,9 @@ def open_study(
         pruner: When intermediate scores stop a trial (:func:`make_pruner`; default optuna's median pruner).
         heartbeat_interval: Seconds between a running trial's heartbeats.
         grace_period: Seconds without a heartbeat after which a RUNNING trial is taken for dead (default: twice the
-            interval). Shorter than a live trial's heartbeat delay would fail a live trial.
+            interval). Shorter than a live trial's heartbeat delay would fail a live trial. SQLite stamps heartbeats
+            in whole seconds, so a dead trial is found between ``grace_period`` and ``grace_period + 1`` seconds
+            after its last beat.
         max_retry: How many times a dead trial's parameters are queued again (None: without limit; 0: never).
 
     Raises:

@@ -88,6 +88,12 @@ def test_tune_then_compile_with_the_best_config(model_dir, tmp_path, capsys):
     assert used["learning_rate"] == best["sft"]["learning_rate"] and used["max_steps"] == 1
 
 
+STALE_AFTER = 3.5
+"""Seconds after a kill by which a 1-second-heartbeat trial reads as dead: the grace period (2 s) plus 1 s, since
+SQLite stamps heartbeats in whole seconds (a beat at 05.9 s and a check at 08.1 s read 05 and 08, 3 s; at 07.9 s
+they read 2 s, not stale), plus a margin."""
+
+
 def test_a_sigkilled_study_resumes_with_its_finished_trials(model_dir, tmp_path):
     """A subprocess runs the study; it is SIGKILLed while a trial runs, after at least one finished. The rerun finds
     the dead trial by its heartbeat (1 s; dead after 2 s), marks it FAIL and retries its parameters first."""
@@ -101,9 +107,9 @@ def test_a_sigkilled_study_resumes_with_its_finished_trials(model_dir, tmp_path)
         running = [t for t in killed if t.state == optuna.trial.TrialState.RUNNING]
         if running:
             break
-        time.sleep(2.5)  # past the grace period before the next attempt reopens the study
+        time.sleep(STALE_AFTER)  # past the grace period before the next attempt reopens the study
     assert finished and len(running) == 1
-    time.sleep(2.5)  # past the grace period: the killed trial's last heartbeat is stale
+    time.sleep(STALE_AFTER)  # past the grace period: the killed trial's last heartbeat is stale
 
     assert main([*argv, "--trials", str(len(finished) + 1)]) == 0
     trials = optuna.load_study(study_name="rolecall-tune", storage=storage).get_trials()
