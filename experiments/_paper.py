@@ -9,7 +9,8 @@ For each dataset and row of a paper's config (``_paper_config``), :class:`Experi
    a row trained on the synthetic world for several evaluated datasets is trained once, under ``.../synthetic/<row>``;
 2. evaluates it on the dataset's held-out questions into ``.../<dataset>/<row>/eval`` (resuming its records);
 3. writes the finished row at once to ``experiments/results/<paper>.json`` and rebuilds ``<paper>.md`` and
-   ``<paper>.png``: a killed run keeps its finished rows, and a rerun resumes the rest.
+   ``<paper>.png``: a killed run keeps its finished rows, and a rerun resumes the rest. A finished row whose saved
+   program has been trained again since (:meth:`Experiment.stale`) is evaluated again, not kept.
 """
 
 from __future__ import annotations
@@ -401,6 +402,48 @@ class Experiment:
         warm = f", warm start {row.warm_start}" if row.warm_start else ""
         teacher = f", Teacher {row.teacher}" if row.teacher else ""
         return f"{row.title}: {where} ({n} questions{budget}){warm}{teacher}"
+
+    def stale(self, result: dict[str, Any]) -> str | None:
+        """Why a finished result row no longer describes the program saved for it (None when it still does).
+
+        A row's result records its program's ``trained_at``; when runs/ lost that program and a later row trained it
+        again as its warm start, the saved program is a different one and the committed result describes the older.
+        A row that is not trained, or whose program is no longer saved, is never stale: there is nothing newer to
+        evaluate without training."""
+        row = next((r for r in self.config.rows if r.name == result.get("row")), None)
+        if row is None or not (METHODS[row.method].trains or row.method == "eval"):
+            return None
+        meta = self.program_dir(result["dataset"], row) / "train.json"
+        try:
+            saved = json.loads(meta.read_text(encoding="utf-8")).get("trained_at")
+        except (OSError, ValueError):
+            return None
+        recorded = (result.get("train") or {}).get("trained_at")
+        if saved == recorded:
+            return None
+        return f"its result describes the program trained at {recorded}; runs/ now holds the one trained at {saved}"
+
+    def outdated(self, result: dict[str, Any]) -> str | None:
+        """Why a finished row's program is older than its saved warm start or Teacher (None when it is not).
+
+        Its result still describes its own program, so it is kept (evaluating again would not change it), but it is
+        no longer comparable with its warm start's row: ``--fresh`` on it trains it again from the saved one."""
+        row = next((r for r in self.config.rows if r.name == result.get("row")), None)
+        train = result.get("train") or {}
+        if row is None:
+            return None
+        for link in ("warm_start", "teacher"):
+            parent = getattr(row, link)
+            if not parent:
+                continue
+            meta = self.program_dir(result["dataset"], self.config.row(parent)) / "train.json"
+            try:
+                saved = json.loads(meta.read_text(encoding="utf-8")).get("trained_at")
+            except (OSError, ValueError):
+                continue
+            if f"{link}_trained_at" in train and train[f"{link}_trained_at"] != saved:
+                return f"it was trained from an earlier {parent} program than the one runs/ now holds"
+        return None
 
     # ------------------------------------------------------------------------------------------------ results
     def read_results(self) -> dict[str, Any]:

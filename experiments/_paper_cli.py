@@ -2,7 +2,10 @@
 
 ``--plan`` prints what each row trains on and for how long; a run trains and evaluates the selected rows, writing
 each finished one at once (``_paper.Experiment``); ``--report-only`` rebuilds the report and the README block from the
-results JSON; ``--fresh`` forgets the selected rows' results, programs and records first.
+results JSON; ``--fresh`` forgets the selected rows' results, programs and records first; ``--re-evaluate`` forgets
+their results and records but keeps their programs, so they are evaluated again without training. A finished row
+whose saved program was trained again since (a warm start retrained for a later row after runs/ lost it) is
+evaluated again on its own, so no committed row describes a program that is no longer the saved one.
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ def parser_for(paper: str, doc: str | None) -> argparse.ArgumentParser:
         "--fresh",
         action="store_true",
         help="forget the selected rows' results, saved programs and records, and run them again",
+    )
+    parser.add_argument(
+        "--re-evaluate",
+        action="store_true",
+        help="forget the selected rows' results and evaluation records but keep their saved programs: evaluate "
+        "them again without training (rows whose program is not saved are trained)",
     )
     parser.add_argument(
         "--report-only",
@@ -104,31 +113,34 @@ def main(paper: str, doc: str | None, argv: list[str] | None = None) -> int:
         print(f"  {dataset:<9} {row.name:<16} {exp.describe(dataset, row)}")
     if args.plan:
         return 0
-    if args.fresh:
-        fresh(exp, jobs)
-    done = {(r["dataset"], r["row"]) for r in exp.read_results().get("rows", []) if r.get("status") == "done"}
+    if args.fresh and args.re_evaluate:
+        parser.error("--fresh retrains and --re-evaluate keeps the programs: give one of them")
+    if args.fresh or args.re_evaluate:
+        forget(exp, jobs, programs=args.fresh)
     failed = 0
     for i, (dataset, row) in enumerate(jobs, 1):
-        if (dataset, row.name) in done:
-            print(f"[{i}/{len(jobs)}] {dataset} / {row.name}: done earlier (kept; --fresh reruns it)", flush=True)
+        tag = f"[{i}/{len(jobs)}] {dataset} / {row.name}"
+        result = finished(exp).get((dataset, row.name))
+        why = exp.stale(result) if result else None
+        if result is not None and why is None:
+            print(f"{tag}: done earlier (kept; --re-evaluate or --fresh reruns it)", flush=True)
             continue
-        print(f"[{i}/{len(jobs)}] {dataset} / {row.name}: {row.title}", flush=True)
-        started = time.perf_counter()
-        try:
-            result = exp.run_row(dataset, row)
-        except Exception as err:  # a row that fails is recorded and the others run; the exit status says so
-            failed += 1
-            result = {**exp.row_head(dataset, row), "status": "failed", "error": f"{type(err).__name__}: {err}"}
-            traceback.print_exc()
-        exp.record(result, readme)
-        if result["status"] == "done":
-            print(
-                f"    EM {100 * result['em']:.1f}  F1 {100 * result['f1']:.1f}  (n={result['n']}, "
-                f"{(time.perf_counter() - started) / 60:.1f} min)",
-                flush=True,
-            )
-        else:
-            print(f"    FAILED: {result['error']}", flush=True)
+        if why:
+            print(f"{tag}: {why}; evaluating it again", flush=True)
+        failed += run_job(exp, dataset, row, tag, readme)
+    # a row whose program a later row trained again as its warm start: its result above describes the older one
+    selected = {(d, r.name) for d, r in jobs}
+    again = [(d, r) for d, r in jobs if (d, r.name) in finished(exp) and exp.stale(finished(exp)[(d, r.name)])]
+    for i, (dataset, row) in enumerate(again, 1):
+        tag = f"[again {i}/{len(again)}] {dataset} / {row.name}"
+        print(f"{tag}: {exp.stale(finished(exp)[(dataset, row.name)])}; evaluating it again", flush=True)
+        failed += run_job(exp, dataset, row, tag, readme)
+    for (dataset, name), result in finished(exp).items():
+        why = exp.stale(result) if (dataset, name) not in selected else None
+        if why:
+            print(f"note: {dataset} / {name}: {why}; `--datasets {dataset} --rows {name}` evaluates it again")
+        elif exp.outdated(result):
+            print(f"note: {dataset} / {name}: {exp.outdated(result)}; `--fresh` on it trains it again from that one")
     print(f"wrote {exp.results}, {exp.results.with_suffix('.md')} and {exp.results.with_suffix('.png')}")
     return 1 if failed else 0
 
@@ -145,8 +157,34 @@ def _names(
     return names
 
 
-def fresh(exp: Experiment, jobs: list[tuple[str, Row]]) -> None:
-    """Forget the jobs' result rows, saved programs and evaluation records."""
+def finished(exp: Experiment) -> dict[tuple[str, str], dict]:
+    """The results JSON's finished rows by (dataset, row name)."""
+    return {(r["dataset"], r["row"]): r for r in exp.read_results().get("rows", []) if r.get("status") == "done"}
+
+
+def run_job(exp: Experiment, dataset: str, row: Row, tag: str, readme: Path | None) -> int:
+    """Train (or reuse) and evaluate one row and record its result; returns 1 when it failed, else 0."""
+    print(f"{tag}: {row.title}", flush=True)
+    started = time.perf_counter()
+    try:
+        result = exp.run_row(dataset, row)
+    except Exception as err:  # a row that fails is recorded and the others run; the exit status says so
+        result = {**exp.row_head(dataset, row), "status": "failed", "error": f"{type(err).__name__}: {err}"}
+        traceback.print_exc()
+    exp.record(result, readme)
+    if result["status"] != "done":
+        print(f"    FAILED: {result['error']}", flush=True)
+        return 1
+    print(
+        f"    EM {100 * result['em']:.1f}  F1 {100 * result['f1']:.1f}  (n={result['n']}, "
+        f"{(time.perf_counter() - started) / 60:.1f} min)",
+        flush=True,
+    )
+    return 0
+
+
+def forget(exp: Experiment, jobs: list[tuple[str, Row]], programs: bool = True) -> None:
+    """Forget the jobs' result rows and evaluation records, and their saved programs too when ``programs``."""
     keys = {(d, r.name) for d, r in jobs}
     saved = exp.read_results()
     if saved.get("rows"):
@@ -154,8 +192,13 @@ def fresh(exp: Experiment, jobs: list[tuple[str, Row]]) -> None:
         exp.results.write_text(json.dumps(saved, indent=2, default=str) + "\n", encoding="utf-8")
     for dataset, row in jobs:
         shutil.rmtree(exp.eval_dir(dataset, row), ignore_errors=True)
-        if METHODS[row.method].trains or row.method == "eval":
+        if programs and (METHODS[row.method].trains or row.method == "eval"):
             shutil.rmtree(exp.program_dir(dataset, row), ignore_errors=True)
+
+
+def fresh(exp: Experiment, jobs: list[tuple[str, Row]]) -> None:
+    """Forget the jobs' result rows, saved programs and evaluation records."""
+    forget(exp, jobs, programs=True)
 
 
 def report_only(exp: Experiment, readme: Path | None) -> int:

@@ -104,7 +104,10 @@ def macro_rows(config: PaperConfig, rows: list[dict[str, Any]]) -> list[tuple[st
 
 
 def training_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per finished row: what it was trained on, for how long, from which warm start / Teacher; a row whose
+    warm start (or Teacher) is not the program that row's own result describes says so."""
     lines = []
+    trained_at = {(r["dataset"], r["row"]): (r.get("train") or {}).get("trained_at") for r in rows}
     for r in rows:
         train = r.get("train")
         if r.get("status") != "done":
@@ -130,6 +133,14 @@ def training_notes(rows: list[dict[str, Any]]) -> list[str]:
                 what += f"; Teacher `{train['teacher']}`"
             if train.get("warm_start") or train.get("teacher"):
                 what += f"; {train.get('total_minutes', 0):.1f} min in all"
+            for link in ("warm_start", "teacher"):
+                parent, at = train.get(link), train.get(f"{link}_trained_at")
+                reported = trained_at.get((r["dataset"], parent), at) if parent else at
+                if reported != at:
+                    what += (
+                        f"; **its {link.replace('_', ' ')} is the `{parent}` program trained at {at}, not the one "
+                        f"`{parent}`'s row reports (trained at {reported})**"
+                    )
         lines.append(f"- {r['dataset']} / `{r['row']}` ({r['label']}): {what}.")
     return lines
 

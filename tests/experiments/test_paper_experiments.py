@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -157,6 +158,36 @@ def test_smoke_run_resumes_and_reports(opera, model_dir, tmp_path, capsys):
     assert (out / "toy_smoke.md").read_text() == md and (out / "toy_smoke.png").is_file()
     assert readme.read_text().count("<!-- BEGIN toy results") == 1
 
+    # runs/ loses reap_sft's program and reap_mt is run again with --fresh: reap_sft is trained again as its warm
+    # start, so reap_sft's committed row describes a program that is gone; the run says so, and the next run
+    # evaluates the saved program again instead of keeping the row
+    sft_dir = runs / "toy_smoke" / "synthetic" / "reap_sft"
+    old_sft = _rows(out)["reap_sft"]["train"]["trained_at"]
+    shutil.rmtree(sft_dir / "program")
+    assert opera.run([*argv, "--rows", "reap_mt", "--fresh"]) == 0
+    printed = capsys.readouterr().out
+    new_sft = json.loads((sft_dir / "train.json").read_text())["trained_at"]
+    assert new_sft != old_sft and _rows(out)["reap_sft"]["train"]["trained_at"] == old_sft
+    assert _rows(out)["reap_mt"]["train"]["warm_start_trained_at"] == new_sft
+    assert f"note: synthetic / reap_sft: its result describes the program trained at {old_sft}" in printed
+    assert (
+        f"its warm start is the `reap_sft` program trained at {new_sft}, not the one"
+        in (out / "toy_smoke.md").read_text()
+    )
+    assert opera.run(argv) == 0
+    printed = capsys.readouterr().out
+    assert "synthetic / reap_sft: its result describes the program trained at" in printed
+    assert "evaluating it again" in printed and "    training " not in printed, "re-evaluated, not retrained"
+    assert "synthetic / reap_mt: done earlier" in printed and "note:" not in printed
+    assert _rows(out)["reap_sft"]["train"]["trained_at"] == new_sft
+    assert "its warm start is the" not in (out / "toy_smoke.md").read_text(), "the rows agree again"
+
+    # --re-evaluate forgets a row's result and records but keeps its program
+    assert opera.run([*argv, "--rows", "reap_mt", "--re-evaluate"]) == 0
+    printed = capsys.readouterr().out
+    assert "    training " not in printed and "EM " in printed
+    assert json.loads((saved / "train.json").read_text())["trained_at"] == _rows(out)["reap_mt"]["train"]["trained_at"]
+
 
 def test_train_on_falls_back_to_synthetic_where_the_data_lacks_targets(opera, tmp_path):
     """A method needing gold decompositions trains on the synthetic world for a dataset without them, in the
@@ -190,6 +221,7 @@ def test_help(paper):
         check=True,
     )
     assert "--size {smoke,default}" in done.stdout and "--report-only" in done.stdout and "--fresh" in done.stdout
+    assert "--re-evaluate" in done.stdout
     assert f"experiments/{paper}.py --plan" in done.stdout
 
 
@@ -260,7 +292,7 @@ def test_cli_rejects_an_unknown_row_and_skips_a_missing_dataset(opera, monkeypat
 
 def test_fresh_forgets_only_the_selected_rows(opera, tmp_path):
     from _paper import Experiment
-    from _paper_cli import fresh
+    from _paper_cli import forget, fresh
     from _paper_config import load_config
 
     (tmp_path / "toy.toml").write_text(TOY_CONFIG)
@@ -277,3 +309,39 @@ def test_fresh_forgets_only_the_selected_rows(opera, tmp_path):
     assert [r["row"] for r in exp.read_results()["rows"]] == ["rag", "reap_sft"]
     assert not exp.program_dir("synthetic", config.row("reap_mt")).exists()
     assert (exp.program_dir("synthetic", config.row("reap_sft")) / "program").is_dir()
+    forget(exp, [("synthetic", config.row("reap_sft"))], programs=False)  # --re-evaluate
+    assert [r["row"] for r in exp.read_results()["rows"]] == ["rag"]
+    assert (exp.program_dir("synthetic", config.row("reap_sft")) / "program").is_dir()
+    assert not exp.eval_dir("synthetic", config.row("reap_sft")).exists()
+
+
+def test_stale_and_outdated_rows(opera, tmp_path):
+    """A result row is stale when the saved program is not the one it describes (evaluated again), and outdated
+    when its program was trained from an older warm start than the saved one (kept, with a note)."""
+    from _paper import Experiment
+    from _paper_config import load_config
+
+    (tmp_path / "toy.toml").write_text(TOY_CONFIG)
+    config = load_config(tmp_path / "toy.toml")
+    exp = Experiment(config, "smoke", out=tmp_path / "results", runs=tmp_path / "runs", model=None)
+    exp._data["synthetic"] = None
+    sft, mt = config.row("reap_sft"), config.row("reap_mt")
+
+    def row(name: str, trained_at: str, **train: str) -> dict:
+        return {"dataset": "synthetic", "row": name, "status": "done", "train": {"trained_at": trained_at, **train}}
+
+    old_sft, old_mt = row("reap_sft", "t1"), row("reap_mt", "t2", warm_start_trained_at="t1")
+    rag = {"dataset": "synthetic", "row": "rag", "status": "done", "train": None}
+    assert exp.stale(old_sft) is None and exp.outdated(old_mt) is None, "no saved program: nothing newer to say"
+    for r, at, parent in ((sft, "t1", None), (mt, "t2", "t1")):
+        exp.program_dir("synthetic", r).mkdir(parents=True)
+        meta = {"trained_at": at, "warm_start_trained_at": parent}
+        (exp.program_dir("synthetic", r) / "train.json").write_text(json.dumps(meta))
+    assert exp.stale(old_sft) is None and exp.stale(old_mt) is None and exp.stale(rag) is None
+    assert exp.outdated(old_mt) is None
+    (exp.program_dir("synthetic", sft) / "train.json").write_text(json.dumps({"trained_at": "t3"}))
+    assert exp.stale(old_sft) == "its result describes the program trained at t1; runs/ now holds the one trained at t3"
+    assert exp.stale(old_mt) is None, "reap_mt's saved program is still the one its row describes"
+    assert exp.outdated(old_mt) == "it was trained from an earlier reap_sft program than the one runs/ now holds"
+    (exp.program_dir("synthetic", sft) / "train.json").write_text("{not json")
+    assert exp.stale(old_sft) is None and exp.outdated(old_mt) is None, "a corrupt train.json is no evidence"
