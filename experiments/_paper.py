@@ -403,6 +403,11 @@ class Experiment:
         teacher = f", Teacher {row.teacher}" if row.teacher else ""
         return f"{row.title}: {where} ({n} questions{budget}){warm}{teacher}"
 
+    def known(self, result: dict[str, Any]) -> bool:
+        """Whether the result's dataset loaded here: without it a row's program folder cannot be told (a row trained
+        on that dataset would be looked for under the synthetic world's)."""
+        return result["dataset"] == "synthetic" or self.data(result["dataset"]) is not None
+
     def stale(self, result: dict[str, Any]) -> str | None:
         """Why a finished result row no longer describes the program saved for it (None when it still does).
 
@@ -411,7 +416,7 @@ class Experiment:
         A row that is not trained, or whose program is no longer saved, is never stale: there is nothing newer to
         evaluate without training."""
         row = next((r for r in self.config.rows if r.name == result.get("row")), None)
-        if row is None or not (METHODS[row.method].trains or row.method == "eval"):
+        if row is None or not (METHODS[row.method].trains or row.method == "eval") or not self.known(result):
             return None
         meta = self.program_dir(result["dataset"], row) / "train.json"
         try:
@@ -430,7 +435,7 @@ class Experiment:
         no longer comparable with its warm start's row: ``--fresh`` on it trains it again from the saved one."""
         row = next((r for r in self.config.rows if r.name == result.get("row")), None)
         train = result.get("train") or {}
-        if row is None:
+        if row is None or not self.known(result):
             return None
         for link in ("warm_start", "teacher"):
             parent = getattr(row, link)

@@ -86,6 +86,8 @@ def main(paper: str, doc: str | None, argv: list[str] | None = None) -> int:
     datasets = _names(parser, "--datasets", args.datasets, list(config.datasets), list(config.datasets))
     names = _names(parser, "--rows", args.rows, [r.name for r in config.rows], [r.name for r in config.rows])
     rows = [config.row(n) for n in names]
+    if args.fresh and args.re_evaluate:
+        parser.error("--fresh retrains and --re-evaluate keeps the programs: give one of them")
     for value, flag in ((args.threads, "--threads"), (args.test_questions, "--test-questions")):
         if value is not None and value < 1:
             parser.error(f"{flag} must be >= 1, got {value}")
@@ -113,8 +115,6 @@ def main(paper: str, doc: str | None, argv: list[str] | None = None) -> int:
         print(f"  {dataset:<9} {row.name:<16} {exp.describe(dataset, row)}")
     if args.plan:
         return 0
-    if args.fresh and args.re_evaluate:
-        parser.error("--fresh retrains and --re-evaluate keeps the programs: give one of them")
     if args.fresh or args.re_evaluate:
         forget(exp, jobs, programs=args.fresh)
     failed = 0
@@ -129,13 +129,16 @@ def main(paper: str, doc: str | None, argv: list[str] | None = None) -> int:
             print(f"{tag}: {why}; evaluating it again", flush=True)
         failed += run_job(exp, dataset, row, tag, readme)
     # a row whose program a later row trained again as its warm start: its result above describes the older one
-    selected = {(d, r.name) for d, r in jobs}
-    again = [(d, r) for d, r in jobs if (d, r.name) in finished(exp) and exp.stale(finished(exp)[(d, r.name)])]
-    for i, (dataset, row) in enumerate(again, 1):
+    done = finished(exp)
+    again = [(d, r, why) for d, r in jobs if (d, r.name) in done and (why := exp.stale(done[(d, r.name)]))]
+    for i, (dataset, row, why) in enumerate(again, 1):
         tag = f"[again {i}/{len(again)}] {dataset} / {row.name}"
-        print(f"{tag}: {exp.stale(finished(exp)[(dataset, row.name)])}; evaluating it again", flush=True)
+        print(f"{tag}: {why}; evaluating it again", flush=True)
         failed += run_job(exp, dataset, row, tag, readme)
+    selected, loaded = {(d, r.name) for d, r in jobs}, {d for d, _ in jobs}
     for (dataset, name), result in finished(exp).items():
+        if dataset not in loaded:
+            continue
         why = exp.stale(result) if (dataset, name) not in selected else None
         if why:
             print(f"note: {dataset} / {name}: {why}; `--datasets {dataset} --rows {name}` evaluates it again")

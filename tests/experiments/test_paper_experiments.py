@@ -285,6 +285,9 @@ def test_cli_rejects_an_unknown_row_and_skips_a_missing_dataset(opera, monkeypat
     with pytest.raises(SystemExit):
         opera.run(["--rows", "sft,nope", "--plan"])
     assert "--rows: unknown ['nope']; valid: opera_cot, ircot, bfs, sft" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        opera.run(["--fresh", "--re-evaluate", "--plan"])
+    assert "--fresh retrains and --re-evaluate keeps the programs: give one of them" in capsys.readouterr().err
     monkeypatch.setattr(_paper, "SHARED_DATA", tmp_path / "absent")
     assert opera.run(["--datasets", "musique", "--plan", "--out", str(tmp_path), "--runs", str(tmp_path)]) == 0
     assert "skipping musique" in capsys.readouterr().out
@@ -343,5 +346,8 @@ def test_stale_and_outdated_rows(opera, tmp_path):
     assert exp.stale(old_sft) == "its result describes the program trained at t1; runs/ now holds the one trained at t3"
     assert exp.stale(old_mt) is None, "reap_mt's saved program is still the one its row describes"
     assert exp.outdated(old_mt) == "it was trained from an earlier reap_sft program than the one runs/ now holds"
+    exp._data["musique"] = None  # its file absent: its rows' folders cannot be told, so nothing is said
+    assert exp.stale({**old_sft, "dataset": "musique"}) is None
+    assert exp.outdated({**old_mt, "dataset": "musique"}) is None
     (exp.program_dir("synthetic", sft) / "train.json").write_text("{not json")
     assert exp.stale(old_sft) is None and exp.outdated(old_mt) is None, "a corrupt train.json is no evidence"
