@@ -418,9 +418,11 @@ class Experiment:
         row = next((r for r in self.config.rows if r.name == result.get("row")), None)
         if row is None or not (METHODS[row.method].trains or row.method == "eval") or not self.known(result):
             return None
-        meta = self.program_dir(result["dataset"], row) / "train.json"
+        folder = self.program_dir(result["dataset"], row)
+        if not (folder / "program" / "program.json").is_file():
+            return None  # a killed training leaves train.json behind; the next run trains it (ensure_trained)
         try:
-            saved = json.loads(meta.read_text(encoding="utf-8")).get("trained_at")
+            saved = json.loads((folder / "train.json").read_text(encoding="utf-8")).get("trained_at")
         except (OSError, ValueError):
             return None
         recorded = (result.get("train") or {}).get("trained_at")

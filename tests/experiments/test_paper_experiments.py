@@ -337,7 +337,8 @@ def test_stale_and_outdated_rows(opera, tmp_path):
     rag = {"dataset": "synthetic", "row": "rag", "status": "done", "train": None}
     assert exp.stale(old_sft) is None and exp.outdated(old_mt) is None, "no saved program: nothing newer to say"
     for r, at, parent in ((sft, "t1", None), (mt, "t2", "t1")):
-        exp.program_dir("synthetic", r).mkdir(parents=True)
+        (exp.program_dir("synthetic", r) / "program").mkdir(parents=True)
+        (exp.program_dir("synthetic", r) / "program" / "program.json").write_text("{}")
         meta = {"trained_at": at, "warm_start_trained_at": parent}
         (exp.program_dir("synthetic", r) / "train.json").write_text(json.dumps(meta))
     assert exp.stale(old_sft) is None and exp.stale(old_mt) is None and exp.stale(rag) is None
@@ -349,5 +350,8 @@ def test_stale_and_outdated_rows(opera, tmp_path):
     exp._data["musique"] = None  # its file absent: its rows' folders cannot be told, so nothing is said
     assert exp.stale({**old_sft, "dataset": "musique"}) is None
     assert exp.outdated({**old_mt, "dataset": "musique"}) is None
+    (exp.program_dir("synthetic", sft) / "program" / "program.json").unlink()
+    assert exp.stale(old_sft) is None, "no saved program (a killed training): nothing to evaluate without training"
+    (exp.program_dir("synthetic", sft) / "program" / "program.json").write_text("{}")
     (exp.program_dir("synthetic", sft) / "train.json").write_text("{not json")
     assert exp.stale(old_sft) is None and exp.outdated(old_mt) is None, "a corrupt train.json is no evidence"
