@@ -307,7 +307,7 @@ class Experiment:
 
         data = self.data(dataset)
         cls = get_program_class(row.program)
-        if METHODS[row.method].trains or row.method == "eval":
+        if row.has_program:
             return cls.load(self.program_dir(dataset, row) / "program", retriever=data.retriever, lm=lm)
         pairs = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in row.options.items()]
         retriever = data.retriever if getattr(cls, "uses_retriever", True) else None
@@ -318,7 +318,7 @@ class Experiment:
         """Train (or reuse) and evaluate one row on one dataset; returns its result row."""
         from rolecall.evaluation import evaluate
 
-        trains = METHODS[row.method].trains or row.method == "eval"
+        trains = row.has_program
         info = self.ensure_trained(dataset, row) if trains else None
         out = self.eval_dir(dataset, row)
         stamp = out / "experiment.json"
@@ -389,7 +389,7 @@ class Experiment:
 
     def describe(self, dataset: str, row: Row) -> str:
         """One line saying what the row is trained on and for how long (before it runs)."""
-        if not (METHODS[row.method].trains or row.method == "eval"):
+        if not row.has_program:
             return f"{row.title}: not trained" + (f" (options {row.options})" if row.options else "")
         if row.method == "eval":
             return f"{row.title}: {row.warm_start}'s program with {row.options} (no training)"
@@ -408,6 +408,23 @@ class Experiment:
         on that dataset would be looked for under the synthetic world's)."""
         return result["dataset"] == "synthetic" or self.data(result["dataset"]) is not None
 
+    def saved_trained_at(self, dataset: str, row: Row) -> str | None:
+        """The ``trained_at`` of the row's saved program, or None when none is saved (a killed training leaves
+        train.json beside an emptied program folder; ``ensure_trained`` trains it again) or its train.json is
+        unreadable."""
+        folder = self.program_dir(dataset, row)
+        if not (folder / "program" / "program.json").is_file():
+            return None
+        try:
+            return json.loads((folder / "train.json").read_text(encoding="utf-8")).get("trained_at")
+        except (OSError, ValueError):
+            return None
+
+    def _result_row(self, result: dict[str, Any]) -> Row | None:
+        """The config row a finished result belongs to, when the config still has it and its dataset loaded here."""
+        row = next((r for r in self.config.rows if r.name == result.get("row")), None)
+        return row if row is not None and self.known(result) else None
+
     def stale(self, result: dict[str, Any]) -> str | None:
         """Why a finished result row no longer describes the program saved for it (None when it still does).
 
@@ -415,18 +432,12 @@ class Experiment:
         again as its warm start, the saved program is a different one and the committed result describes the older.
         A row that is not trained, or whose program is no longer saved, is never stale: there is nothing newer to
         evaluate without training."""
-        row = next((r for r in self.config.rows if r.name == result.get("row")), None)
-        if row is None or not (METHODS[row.method].trains or row.method == "eval") or not self.known(result):
+        row = self._result_row(result)
+        if row is None or not row.has_program:
             return None
-        folder = self.program_dir(result["dataset"], row)
-        if not (folder / "program" / "program.json").is_file():
-            return None  # a killed training leaves train.json behind; the next run trains it (ensure_trained)
-        try:
-            saved = json.loads((folder / "train.json").read_text(encoding="utf-8")).get("trained_at")
-        except (OSError, ValueError):
-            return None
+        saved = self.saved_trained_at(result["dataset"], row)
         recorded = (result.get("train") or {}).get("trained_at")
-        if saved == recorded:
+        if saved is None or saved == recorded:
             return None
         return f"its result describes the program trained at {recorded}; runs/ now holds the one trained at {saved}"
 
@@ -435,20 +446,15 @@ class Experiment:
 
         Its result still describes its own program, so it is kept (evaluating again would not change it), but it is
         no longer comparable with its warm start's row: ``--fresh`` on it trains it again from the saved one."""
-        row = next((r for r in self.config.rows if r.name == result.get("row")), None)
-        train = result.get("train") or {}
-        if row is None or not self.known(result):
+        row, train = self._result_row(result), result.get("train") or {}
+        if row is None:
             return None
         for link in ("warm_start", "teacher"):
             parent = getattr(row, link)
-            if not parent:
+            if not parent or f"{link}_trained_at" not in train:
                 continue
-            meta = self.program_dir(result["dataset"], self.config.row(parent)) / "train.json"
-            try:
-                saved = json.loads(meta.read_text(encoding="utf-8")).get("trained_at")
-            except (OSError, ValueError):
-                continue
-            if f"{link}_trained_at" in train and train[f"{link}_trained_at"] != saved:
+            saved = self.saved_trained_at(result["dataset"], self.config.row(parent))
+            if saved is not None and train[f"{link}_trained_at"] != saved:
                 return f"it was trained from an earlier {parent} program than the one runs/ now holds"
         return None
 

@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 from _paper import README, RESULTS, RUNS, Experiment
-from _paper_config import DATASETS, METHODS, SIZE_NAMES, Row, config_path, load_config
+from _paper_config import DATASETS, SIZE_NAMES, Row, config_path, load_config
 from _paper_report import EMBEDDED_MODEL, rewrite_readme
 
 
@@ -117,10 +117,10 @@ def main(paper: str, doc: str | None, argv: list[str] | None = None) -> int:
         return 0
     if args.fresh or args.re_evaluate:
         forget(exp, jobs, programs=args.fresh)
-    failed = 0
+    failed, done = 0, finished(exp)  # a job records only its own row, so the later jobs' entries stay as read
     for i, (dataset, row) in enumerate(jobs, 1):
         tag = f"[{i}/{len(jobs)}] {dataset} / {row.name}"
-        result = finished(exp).get((dataset, row.name))
+        result = done.get((dataset, row.name))
         why = exp.stale(result) if result else None
         if result is not None and why is None:
             print(f"{tag}: done earlier (kept; --re-evaluate or --fresh reruns it)", flush=True)
@@ -139,11 +139,10 @@ def main(paper: str, doc: str | None, argv: list[str] | None = None) -> int:
     for (dataset, name), result in finished(exp).items():
         if dataset not in loaded:
             continue
-        why = exp.stale(result) if (dataset, name) not in selected else None
-        if why:
+        if (dataset, name) not in selected and (why := exp.stale(result)):
             print(f"note: {dataset} / {name}: {why}; `--datasets {dataset} --rows {name}` evaluates it again")
-        elif exp.outdated(result):
-            print(f"note: {dataset} / {name}: {exp.outdated(result)}; `--fresh` on it trains it again from that one")
+        elif why := exp.outdated(result):
+            print(f"note: {dataset} / {name}: {why}; `--fresh` on it trains it again from that one")
     print(f"wrote {exp.results}, {exp.results.with_suffix('.md')} and {exp.results.with_suffix('.png')}")
     return 1 if failed else 0
 
@@ -195,7 +194,7 @@ def forget(exp: Experiment, jobs: list[tuple[str, Row]], programs: bool = True) 
         exp.results.write_text(json.dumps(saved, indent=2, default=str) + "\n", encoding="utf-8")
     for dataset, row in jobs:
         shutil.rmtree(exp.eval_dir(dataset, row), ignore_errors=True)
-        if programs and (METHODS[row.method].trains or row.method == "eval"):
+        if programs and row.has_program:
             shutil.rmtree(exp.program_dir(dataset, row), ignore_errors=True)
 
 

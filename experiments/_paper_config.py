@@ -176,6 +176,11 @@ class Row:
     def title(self) -> str:
         return self.label or METHODS[self.method].label
 
+    @property
+    def has_program(self) -> bool:
+        """Whether the row saves a program: it trains, or (``eval``) derives one from its warm start's."""
+        return METHODS[self.method].trains or self.method == "eval"
+
 
 @dataclass(frozen=True)
 class PaperConfig:
