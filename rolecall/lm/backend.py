@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import torch
 
 from rolecall.errors import ConfigError, ModelLoadError
+from rolecall.lm.adapter_files import check_adapter_folder
 from rolecall.lm.attention import use_rowwise_attention
 from rolecall.lm.batching import RequestBatcher
 from rolecall.lm.continuous import ContinuousBatcher
@@ -252,9 +253,7 @@ class ModelBackend:
 
     def load_adapter(self, name: str, path: str | Path) -> None:
         """Load a PEFT adapter from ``path`` as ``name`` (replacing an existing adapter of that name)."""
-        path = Path(path)
-        if not (path / "adapter_config.json").is_file():
-            raise ModelLoadError(f"{path} holds no PEFT adapter (adapter_config.json is missing)")
+        path = check_adapter_folder(path)  # a damaged config or weight file: one line naming it, before PEFT reads it
         with self.lock:
             if not self.is_peft:
                 from peft import PeftModel
