@@ -259,6 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rolecall.cli_tune import add_tune_parser
 
     add_tune_parser(sub)
+    from rolecall.cli_compare import add_compare_parser
+
+    add_compare_parser(sub)
     return parser
 
 
