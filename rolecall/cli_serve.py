@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rolecall.cli import _add_common, _HelpFormatter
-from rolecall.errors import ConfigError
+from rolecall.errors import ConfigError, ModelLoadError
 
 __all__ = ["add_serve_parser", "cmd_serve", "parse_adapter_flags", "saved_adapters"]
 
@@ -73,9 +73,13 @@ def parse_adapter_flags(values: list[str]) -> dict[str, Path]:
 
 
 def _adapter_folder(path: Path, flag: str) -> Path:
-    if not (path / "adapter_config.json").is_file():
-        raise ConfigError(f"{flag}: {path} holds no PEFT adapter (adapter_config.json is missing); pass its folder")
-    return path
+    """``path`` once its config and weight files are checked intact, before any model loads."""
+    from rolecall.lm.adapter_files import check_adapter_folder
+
+    try:
+        return check_adapter_folder(path)
+    except ModelLoadError as err:
+        raise ConfigError(f"{flag}: {err}") from None
 
 
 def saved_adapters(directory: Path) -> tuple[dict[str, str], dict[str, Path]]:
@@ -92,11 +96,22 @@ def saved_adapters(directory: Path) -> tuple[dict[str, str], dict[str, Path]]:
     return roles, folders
 
 
+def _bind(lm: Any, args: argparse.Namespace) -> Any:
+    """The bound server; a taken port or a reserved --served-model-name is a ConfigError."""
+    from rolecall.serve import make_server
+
+    try:
+        return make_server(lm, host=args.host, port=args.port, served_model_name=args.served_model_name)
+    except OSError as err:
+        raise ConfigError(f"cannot listen on {args.host}:{args.port} ({err}); pick another --port (0 = any)") from err
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """``rolecall serve``: load the model and adapters, listen, serve until SIGINT / SIGTERM."""
     from rolecall.lm.embedded import DEFAULT_LM
     from rolecall.lm.local import LocalLM
-    from rolecall.serve import make_server
 
     if args.max_batch_rows < 1:
         raise ConfigError(f"--max-batch-rows must be >= 1, got {args.max_batch_rows}")
@@ -111,14 +126,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise ConfigError(f"--adapter {clash} clashes with the adapters of --load {args.load}; rename them")
         adapters = {**folders, **adapters}
     lm = LocalLM(args.model or DEFAULT_LM, dtype=args.dtype, max_batch_rows=args.max_batch_rows, cache=False)
-    for name, folder in adapters.items():
-        lm.backend.load_adapter(name, folder)
     try:
-        server = make_server(lm, host=args.host, port=args.port, served_model_name=args.served_model_name)
-    except OSError as err:
-        raise ConfigError(f"cannot listen on {args.host}:{args.port} ({err}); pick another --port (0 = any)") from err
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
+        for name, folder in adapters.items():  # an adapter of another base model: ModelLoadError, one line
+            lm.backend.load_adapter(name, folder)
+        server = _bind(lm, args)
+    except BaseException:
+        lm.backend.batcher.close(timeout=30)  # nothing will be served: stop the batcher's thread
+        raise
 
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():

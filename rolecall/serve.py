@@ -7,7 +7,8 @@ The endpoints are the subset of OpenAI's API that rolecall's clients use, with v
   :class:`~rolecall.lm.generation.GenerationRequest`, so its ``n`` samples share one prompt prefill.
 * ``GET /v1/models``: the base model, then one entry per loaded LoRA adapter (``parent``: the base), as vLLM lists them.
 * ``POST /v1/load_lora_adapter`` / ``POST /v1/unload_lora_adapter``: vLLM's hot LoRA (re)loading. A per-adapter
-  readers/writer gate lets in-flight requests of an adapter finish before its weights are swapped or removed.
+  readers/writer gate lets in-flight requests of an adapter finish before its weights are swapped or removed. A load
+  that fails (a damaged folder, an adapter of another base model) answers 400 and changes nothing.
 * ``GET /health`` (200) and ``GET /stats`` (rolecall's: completed requests per model, errors per status, batcher
   counters, adapter versions).
 
@@ -232,7 +233,11 @@ class RolecallServer(ThreadingHTTPServer):
 
     # ------------------------------------------------------------------ adapters
     def load_adapter(self, name: str, path: str, load_inplace: bool) -> None:
-        """Load (or with ``load_inplace``, replace) LoRA adapter ``name`` from a PEFT folder ``path``."""
+        """Load (or with ``load_inplace``, replace) LoRA adapter ``name`` from a PEFT folder ``path``.
+
+        All or nothing (:meth:`ModelBackend.load_adapter <rolecall.lm.backend.ModelBackend.load_adapter>`): a folder
+        that does not load answers 400 naming it and leaves the server as it was; an adapter it was to replace keeps
+        serving its old weights."""
         if name in (self.model_name, BASE_ADAPTER):
             raise bad_request(f"lora_name {name!r} is the base model's name; pick another", "lora_name")
         if not ADAPTER_NAME.fullmatch(name) or name in "lora_":
@@ -247,17 +252,11 @@ class RolecallServer(ThreadingHTTPServer):
                     f"The LoRA adapter {name!r} is already loaded; pass load_inplace=true to replace its weights",
                     "lora_name",
                 )
-            try:
+            try:  # all or nothing: a failed load leaves no trace, and a replaced adapter keeps its old weights
                 self.backend.load_adapter(name, Path(path).expanduser())
-            except ModelLoadError as err:
-                raise bad_request(f"{err}; pass lora_path=<a folder written by save_pretrained>", "lora_path") from err
-            except Exception as err:  # PEFT's errors for an adapter of another base model (shapes, modules)
-                logger.warning("loading LoRA adapter %r from %s failed", name, path, exc_info=True)
-                if name in self.backend.adapters:  # a half-loaded adapter must not be served
-                    self.backend.delete_adapter(name)
-                raise bad_request(
-                    f"could not load a LoRA adapter from {path!r} onto this base model: {err}", "lora_path"
-                ) from err
+            except ModelLoadError as err:  # a damaged folder, or an adapter of another base model
+                logger.warning("loading LoRA adapter %r from %s failed: %s", name, path, err)
+                raise bad_request(str(err), "lora_path") from err
         logger.info("loaded LoRA adapter %r from %s", name, path)
 
     def unload_adapter(self, name: str) -> None:

@@ -27,6 +27,7 @@ from rolecall.lm.continuous import ContinuousBatcher
 from rolecall.lm.embedded import resolve_model_path
 from rolecall.lm.generation import Completion, GenerationRequest, generate_batch
 from rolecall.lm.memory import limit_heap_fragmentation
+from rolecall.lm.peft_load import load_peft_adapter
 
 T = TypeVar("T")
 
@@ -252,23 +253,44 @@ class ModelBackend:
             nested.rmdir()
 
     def load_adapter(self, name: str, path: str | Path) -> None:
-        """Load a PEFT adapter from ``path`` as ``name`` (replacing an existing adapter of that name)."""
+        """Load a PEFT adapter from ``path`` as ``name`` (replacing an existing adapter of that name).
+
+        All or nothing: when the folder does not load (a damaged file, an adapter of another base model), the model
+        is left as it was, and an adapter being replaced keeps serving its old weights. A replacement is loaded under a
+        scratch name first; the old adapter is dropped only once the new weights have loaded.
+
+        Raises:
+            ModelLoadError: The folder is damaged or does not fit this base model (one line naming the folder).
+        """
         path = check_adapter_folder(path)  # a damaged config or weight file: one line naming it, before PEFT reads it
         with self.lock:
-            if not self.is_peft:
-                from peft import PeftModel
-
+            if name in self.adapters:
+                scratch = "rolecall-incoming"
+                while scratch in self.adapters:
+                    scratch += "-"
                 with _quiet_peft_wrap():
-                    self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name, is_trainable=True)
+                    self.model = load_peft_adapter(self.model, scratch, path)  # on failure `name` is untouched
+                self._delete_peft_adapter(name)  # another adapter (scratch) remains: the model stays wrapped
+                try:  # the same folder, just read: only a change to it in between makes this fail
+                    self.model = load_peft_adapter(self.model, name, path)
+                finally:
+                    self._delete_peft_adapter(scratch)
             else:
-                if name in self.adapters:
-                    with warnings.catch_warnings():  # rows name their adapter: which one PEFT deems active is moot
-                        warnings.filterwarnings("ignore", message="Adapter .* was active which is now deleted")
-                        self.model.delete_adapter(name)
-                self.model.load_adapter(str(path), adapter_name=name, is_trainable=True)
+                with _quiet_peft_wrap():
+                    self.model = load_peft_adapter(self.model, name, path)
             self.model.eval()
             self.adapter_versions[name] = self.adapter_versions.get(name, 0) + 1
         self._notify(name)
+
+    def _delete_peft_adapter(self, name: str) -> None:
+        with warnings.catch_warnings():  # rows name their adapter: which one PEFT deems active is moot
+            warnings.filterwarnings("ignore", message="Adapter .* was active which is now deleted")
+            self.model.delete_adapter(name)
+        if not self.adapters:  # a PeftModel without adapters cannot run: unwrap to the base model
+            self.model = self.model.base_model.unload()
+            if hasattr(self.model, "peft_config"):  # PEFT < 0.19 leaves the emptied config dict on the base model
+                del self.model.peft_config
+            self.model.eval()
 
     def delete_adapter(self, name: str) -> None:
         """Remove LoRA adapter ``name`` from the model; after the last one the model is the plain base model again.
@@ -282,12 +304,7 @@ class ModelBackend:
         if name not in self.adapters:
             raise ConfigError(f"No adapter named {name!r}; existing adapters: {self.adapters}")
         with self.lock:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Adapter .* was active which is now deleted")
-                self.model.delete_adapter(name)
-            if not self.adapters:  # a PeftModel without adapters cannot run: unwrap to the base model
-                self.model = self.model.base_model.unload()
-                self.model.eval()
+            self._delete_peft_adapter(name)
             self.adapter_versions[name] = self.adapter_versions.get(name, 0) + 1
             self._identity.pop(name, None)
         logger.info("Deleted LoRA adapter %r", name)
