@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.rolecall-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast test-embedded-programs lint bench clean
+.PHONY: setup browser demo test test-fast test-embedded-programs lint bench clean
 
 setup: $(STAMP)
 
@@ -26,13 +26,26 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q -e ".[dev]"
 	@touch $(STAMP)
 
+# The HTML report's browser test (tests/evaluation/test_report.py) renders a page in headless Chromium and skips
+# without one: install Debian's chromium where it is missing and apt-get and root are at hand (CI), else say why not.
+# NO_BROWSER=1 skips this step.
+browser:
+	@if [ -n "$(NO_BROWSER)" ] || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; \
+	then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "installing chromium (apt-get) for the HTML report's browser test; NO_BROWSER=1 skips this"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "chromium not found and not installable here (needs apt-get and root): the browser test will skip"; \
+	fi
+
 demo: setup
 	$(VENV)/bin/rolecall demo
 
-test: setup
+test: setup browser
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
-test-fast: setup
+test-fast: setup browser
 	$(VENV)/bin/pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-embedded-programs: setup

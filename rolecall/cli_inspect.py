@@ -1,0 +1,351 @@
+"""The inspection commands: what exists and what a run did, without reading JSON by hand.
+
+* ``rolecall programs [NAME]``: the registered programs (class, roles and adapters, one line each) and the weight
+  optimizers with the programs they apply to; with NAME, one program's roles, adapter groups, options (type, default,
+  doc) and optimizers.
+* ``rolecall show RUN [--question ID]``: an eval run's summary and a row per question; with ``--question``, that
+  question's trajectory step by step.
+* ``rolecall report RUN [--out FILE]``: the run as one self-contained HTML page (:mod:`rolecall.evaluation.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rolecall.cli import _add_common, _HelpFormatter
+from rolecall.cli_compile import APPLIES_TO, OPTIMIZERS
+from rolecall.programs.registry import PROGRAMS, get_program_class, program_names
+
+__all__ = [
+    "OPTIMIZER_SUMMARIES",
+    "OptionInfo",
+    "ProgramInfo",
+    "add_inspect_parsers",
+    "cmd_programs",
+    "cmd_report",
+    "cmd_show",
+    "option_docs",
+    "program_info",
+]
+
+OPTIMIZER_SUMMARIES: dict[str, str] = {
+    "sft": "supervised fine-tuning of each role's adapter on the program's own prompts along the gold path",
+    "mapgrpo": "MAPGRPO: each role in turn with GRPO and an expert-augmented group (OPERA, paper Eq. 11)",
+    "grpo": "single-stage GRPO over all roles (OPERA), or Search-R1's GRPO over whole rollouts (search_r1)",
+    "stride_ft": "STRIDE-FT: Meta-Planner DPO and Supervisor / Extractor / Reasoner SFT from STRIDE's own runs",
+    "multitask_sft": "one adapter trained on REAP's merged Decomposer and Re-Planner data",
+    "splanrl": "SPlanRL: an SFT cold start, then GRPO on D2Plan's Reasoner with the Purifier frozen",
+    "opd": "MultiAgent-OPD: role rewards and on-policy distillation of the Searchers from a cascaded Teacher",
+}
+"""One line per ``rolecall compile --optimizer`` name."""
+
+SWITCHES = (
+    ("demos", "auto | none", "auto", "the built-in few-shot demos, or none"),
+    (
+        "demo_policy",
+        "always | never | until_trained",
+        "until_trained",
+        "when each role sees its demos (until_trained: until its adapter is trained demo-free)",
+    ),
+    ("per_role_adapters", "bool", "True", "False: no LoRA adapters, every role calls the LM itself"),
+)
+"""The options every program takes besides its ``Options``: (name, type, default, doc)."""
+
+_WIDTH = 110  # the width the listings wrap to
+
+
+# ------------------------------------------------------------------------------------------------------ parsers
+def add_inspect_parsers(sub: Any) -> None:
+    """Adds ``rolecall programs``, ``rolecall show`` and ``rolecall report`` to the subcommands ``sub``."""
+    p = sub.add_parser(
+        "programs",
+        help="list the programs and optimizers; `rolecall programs NAME` shows one program's roles and options",
+        description="List the registered programs (class, roles and adapters, one line each) and the weight\n"
+        "optimizers with the programs they apply to. With NAME: that program's roles and adapter groups, its\n"
+        "options (-o KEY=VALUE of `rolecall eval` / `rolecall compile`) with type, default and doc, and the\n"
+        "optimizers that apply to it.",
+        epilog="examples:\n  rolecall programs\n  rolecall programs opera",
+        formatter_class=_HelpFormatter,
+    )
+    p.add_argument("name", nargs="?", default=None, metavar="NAME", help="a registered program (default: list all)")
+    _add_common(p)
+    p.set_defaults(func=cmd_programs)
+
+    p = sub.add_parser(
+        "show",
+        help="print an eval run's summary and a row per question, or one question's trajectory",
+        description="Read an eval output folder (`rolecall eval --out RUN`: records.jsonl, summary.json,\n"
+        "config.json). Without --question: the run's summary and a table of its questions (id, EM, F1, steps,\n"
+        "prediction vs gold). With --question ID: that question's trajectory, step by step: the role and its\n"
+        "adapter, what it saw (inputs, cut short), what it said, what it retrieved, errors and rewards.",
+        epilog="examples:\n  rolecall show runs/opera-hotpot\n"
+        "  rolecall show runs/opera-hotpot --question 5a8b57f25542995d1e6f1371",
+        formatter_class=_HelpFormatter,
+    )
+    p.add_argument("run", type=Path, metavar="RUN", help="an eval output folder")
+    p.add_argument("--question", default=None, metavar="ID", help="show this question's trajectory")
+    _add_common(p)
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "report",
+        help="write an eval run as one self-contained HTML page (summary, question table, trajectories)",
+        description="Write a static HTML report of an eval output folder: the summary, a table with one row per\n"
+        "question and each question's trajectory in a collapsible block. One file, inline CSS, no scripts and no\n"
+        "external assets: open it in any browser, attach it, or serve it as it is.",
+        epilog="examples:\n  rolecall report runs/opera-hotpot\n  rolecall report runs/opera-hotpot --out opera.html",
+        formatter_class=_HelpFormatter,
+    )
+    p.add_argument("run", type=Path, metavar="RUN", help="an eval output folder")
+    p.add_argument("--out", type=Path, default=None, metavar="FILE", help="the HTML file (default: RUN/report.html)")
+    _add_common(p)
+    p.set_defaults(func=cmd_report)
+
+
+# --------------------------------------------------------------------------------------------- program metadata
+@dataclass
+class OptionInfo:
+    """One program option: name, type (with its range), default and doc."""
+
+    name: str
+    type: str
+    default: str
+    doc: str
+
+
+@dataclass
+class ProgramInfo:
+    """What ``rolecall programs`` says about one registered program."""
+
+    name: str
+    cls: type
+    description: str
+    adapters: dict[str, list[str]]
+    options: list[OptionInfo]
+    optimizers: list[str]
+
+
+def option_docs(options_cls: type) -> dict[str, str]:
+    """Field name -> attribute docstring (the string literal under the field) of a dataclass and its dataclass bases,
+    read from their source, as the house style writes them; a field without one is absent.
+
+    Example:
+        >>> from rolecall.programs.core.options import PassageOptions
+        >>> option_docs(PassageOptions)["max_passage_chars"]
+        'Characters of one passage shown to an LM.'
+    """
+    docs: dict[str, str] = {}
+    for klass in reversed(options_cls.__mro__):  # a subclass's doc of a redeclared field wins
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):  # no source (a frozen or generated class): no docs
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in zip(body, body[1:], strict=False):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(inspect.cleandoc(after.value.value).split())
+    return docs
+
+
+def _type_text(field: dataclasses.Field, tp: Any) -> str:
+    from rolecall.programs.core.options import describe_type
+
+    low, high = field.metadata.get("low"), field.metadata.get("high")
+    text = describe_type(tp)
+    if low is not None and high is not None:
+        return f"{text} in [{low}, {high}]"
+    return text + (f" >= {low}" if low is not None else "") + (f" <= {high}" if high is not None else "")
+
+
+def _default_text(field: dataclasses.Field) -> str:
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    else:
+        return "required"
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def _description(cls: type) -> str:
+    """The first sentence of the class docstring's first paragraph, on one line."""
+    paragraph = " ".join(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].split()).replace("``", "")
+    end = paragraph.find(". ")
+    return paragraph[: end + 1] if end >= 0 else paragraph
+
+
+def applicable_optimizers(name: str) -> list[str]:
+    """The ``--optimizer`` names that apply to program ``name`` (``sft`` where it has gold-path targets)."""
+    from rolecall.optimizers.sft import GOLD_BUILDERS
+
+    found = ["sft"] if get_program_class(name) in GOLD_BUILDERS else []
+    return found + [o for o, programs in APPLIES_TO.items() if name in programs]
+
+
+def program_info(name: str) -> ProgramInfo:
+    """Roles, adapters, options and optimizers of the registered program ``name``; nothing loads but its module.
+
+    Raises:
+        ConfigError: ``name`` is not registered (the message lists the registered names).
+    """
+    from rolecall.programs.core.options import option_types
+
+    cls = get_program_class(name)
+    program = cls(None, demos=None)  # no retriever, no LM: only the roles and adapter groups are read
+    options_cls = cls.Options
+    types, docs = option_types(options_cls), option_docs(options_cls)
+    options = [
+        OptionInfo(f.name, _type_text(f, types[f.name]), _default_text(f), docs.get(f.name, ""))
+        for f in dataclasses.fields(options_cls)
+    ]
+    return ProgramInfo(name, cls, _description(cls), program.adapter_roles(), options, applicable_optimizers(name))
+
+
+def _adapters_text(adapters: dict[str, list[str]]) -> str:
+    """``roles: a, b (an adapter each)``, or ``adapters: planner=decomposer+replanner, extractor`` with groups."""
+    if all([name] == roles for name, roles in adapters.items()):
+        return f"roles: {', '.join(adapters)} (an adapter each)"
+    return "adapters: " + ", ".join(f"{n}={'+'.join(r)}" if [n] != r else n for n, r in adapters.items())
+
+
+# ------------------------------------------------------------------------------------------------------ commands
+def cmd_programs(args: argparse.Namespace) -> int:
+    """``rolecall programs [NAME]``: list every program and optimizer, or describe one program."""
+    if args.name is not None:
+        _print_program(program_info(args.name))
+        return 0
+    infos = [program_info(name) for name in program_names()]
+    width = max(len(i.name) for i in infos) + 2
+    cls_width = max(len(i.cls.__name__) for i in infos) + 2
+    pad = " " * (2 + width + cls_width)
+    print(f"programs ({len(infos)}; `rolecall programs NAME` shows one program's options):\n")
+    for info in infos:
+        lines = textwrap.wrap(info.description, _WIDTH - len(pad))
+        lines += textwrap.wrap(
+            _adapters_text(info.adapters), _WIDTH - len(pad), break_on_hyphens=False, break_long_words=False
+        )
+        print(f"  {info.name:<{width}}{info.cls.__name__:<{cls_width}}{lines[0]}")
+        for line in lines[1:]:
+            print(pad + line)
+    print("\noptimizers (`rolecall compile --program NAME --optimizer OPT[,OPT]`):\n")
+    width = max(len(o) for o in OPTIMIZERS) + 2
+    for optimizer in OPTIMIZERS:
+        if optimizer == "sft":
+            programs = [i.name for i in infos if "sft" in i.optimizers]
+        else:
+            programs = list(APPLIES_TO[optimizer])
+        lines = textwrap.wrap(OPTIMIZER_SUMMARIES[optimizer], _WIDTH - width - 2)
+        lines += textwrap.wrap(f"applies to: {', '.join(programs)}", _WIDTH - width - 2)
+        print(f"  {optimizer:<{width}}{lines[0]}")
+        for line in lines[1:]:
+            print(" " * (width + 2) + line)
+    return 0
+
+
+def _print_program(info: ProgramInfo) -> None:
+    print(f"{info.name}: {info.cls.__name__} ({PROGRAMS[info.name].partition(':')[0]})")
+    for line in textwrap.wrap(" ".join(inspect.cleandoc(info.cls.__doc__ or "").split("\n\n")[0].split()), 100):
+        print(f"  {line.replace('``', '')}")
+    print("\nroles (each runs on its adapter; roles in one adapter group share it):")
+    width = max(len(r) for roles in info.adapters.values() for r in roles) + 2
+    for adapter, roles in info.adapters.items():
+        for role in roles:
+            shared = [r for r in roles if r != role]
+            print(f"  {role:<{width}}adapter {adapter}" + (f" (shared with {', '.join(shared)})" if shared else ""))
+    print(f"\noptions (-o KEY=VALUE on `rolecall eval --program {info.name}` and `rolecall compile`):")
+    rows = [(o.name, o.type, o.default, o.doc) for o in info.options] + list(SWITCHES)
+    name_w = max(len(r[0]) for r in rows) + 2
+    type_w = min(max(len(r[1]) for r in rows) + 2, 34)
+    for name, type_, default, doc in rows:
+        print(f"  {name:<{name_w}}{type_:<{type_w}}default {default}")
+        for line in textwrap.wrap(doc, 96):
+            print(f"      {line.replace('``', '')}")
+    print(f"\noptimizers (`rolecall compile --program {info.name} --optimizer OPT[,OPT]`):")
+    for optimizer in info.optimizers or []:
+        print(f"  {optimizer:<15}{OPTIMIZER_SUMMARIES[optimizer]}")
+    if not info.optimizers:
+        print("  none yet: no gold-path targets for sft and no optimizer written for it")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """``rolecall show RUN [--question ID]``: a run's summary and questions, or one question's trajectory."""
+    from rolecall.evaluation.records import format_summary
+    from rolecall.evaluation.report import load_run, run_summary
+
+    run = load_run(args.run)
+    if args.question is not None:
+        _print_trajectory(run.record(args.question))
+        return 0
+    print(run.title)
+    print(format_summary(run_summary(run)))
+    print()
+    _print_questions(run.records)
+    print(f"\none question's trajectory: rolecall show {args.run} --question ID")
+    return 0
+
+
+def _print_questions(records: list[Any]) -> None:
+    from rolecall.evaluation.report import clip, fmt_number
+
+    id_w = min(max(len(r.id) for r in records), 40) + 2
+    print(f"{'id':<{id_w}}{'EM':>4}{'F1':>6}{'steps':>7}  {'prediction':<32}gold")
+    for r in records:
+        prediction = clip(r.prediction or "(empty)", 30, one_line=True)
+        gold = clip(" | ".join(r.answers), 30, one_line=True)
+        flag = f"  error: {clip(r.error, 60, one_line=True)}" if r.error else ""
+        print(f"{clip(r.id, 40):<{id_w}}{fmt_number(r.em, 0):>4}{fmt_number(r.f1):>6}{r.steps:>7}  "
+              f"{prediction:<32}{gold:<32}{flag}".rstrip())  # fmt: skip
+
+
+def _print_trajectory(record: Any) -> None:
+    from rolecall.evaluation.report import clip, fmt_number, step_views
+
+    print(f"question {record.id}: {record.question}")
+    print(f"gold: {' | '.join(record.answers)}    prediction: {record.prediction or '(empty)'}")
+    print(f"EM {fmt_number(record.em, 0)}  F1 {fmt_number(record.f1)}  {record.steps} steps, {record.lm_calls} LM "
+          f"calls, {record.prompt_tokens + record.completion_tokens} tokens, {record.latency_s:.2f} s")  # fmt: skip
+    if record.error:
+        print(f"error: {record.error}")
+    views = step_views(record)
+    if not views:
+        print("\n(no trajectory recorded)")
+    for v in views:
+        adapter = f" [adapter {v.adapter}]" if v.adapter else ""
+        cost = f"{v.seconds:.2f} s" + (f", {v.tokens} tokens" if v.tokens else "")
+        print(f"\n{v.index:>3}. {v.name}{adapter}  ({v.kind}, {cost})")
+        for label, pairs, limit in (("saw", v.saw, 110), ("said", v.said, 160)):
+            for key, text in pairs:
+                print(f"       {label}: {key} = {clip(text, limit, one_line=True)}")
+        if v.retrieved:
+            titles = ", ".join(f"{title} [{pid}]" if title else pid for title, pid in v.retrieved)
+            print(f"       retrieved: {clip(titles, 170, one_line=True)}")
+        if v.notes:
+            print(f"       notes: {clip(', '.join(f'{k}={t}' for k, t in v.notes), 170, one_line=True)}")
+        for key, value in v.rewards.items():
+            print(f"       reward: {key} = {fmt_number(value, 3)}")
+        if v.error:
+            print(f"       error: {clip(v.error, 170, one_line=True)}")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``rolecall report RUN [--out FILE]``: write the run's HTML report."""
+    from rolecall.evaluation.report import write_report
+
+    path = write_report(args.run, args.out)
+    print(f"report: {path}")
+    return 0
