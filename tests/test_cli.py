@@ -118,7 +118,7 @@ def test_eval_synthetic_end_to_end_and_resume(fake_program, tmp_path, capsys):
     assert json.loads((out / "summary.json").read_text())["n"] == 5
     assert json.loads((out / "config.json").read_text())["program"] == "fake_rag"
 
-    assert main([*argv, "--no-progress", "--resume"]) == 0  # nothing left to run
+    assert main([*argv, "--no-progress", "-o", "note=1", "--resume"]) == 0  # nothing left to run
     assert fake_program.calls == 5 and len((out / "records.jsonl").read_text().splitlines()) == 5
 
 
@@ -135,7 +135,7 @@ def test_eval_flashrag_files_keep_corpus_ids(fake_program, tmp_path, capsys):
 
     paths = synthetic_world(seed=1, n_train=5, n_dev=5, n_test=5).to_flashrag(tmp_path / "data")
     argv = ["eval", "--program", "fake_rag", "--dataset", "flashrag", "--data-path", str(paths["test"])]
-    assert main([*argv, "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    assert main([*argv, "--split", "all", "--out", str(tmp_path / "run"), "--no-progress"]) == 0  # the whole file
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     n_questions = len(paths["test"].read_text().splitlines())
     assert summary["n"] == n_questions and summary["retrieval_recall"] > 0  # gold ids match the corpus file's ids
@@ -184,7 +184,7 @@ def test_bad_program_options_fail_in_one_line_before_anything_loads(option, mess
         raise AssertionError("a model was loaded before the options were checked")
 
     monkeypatch.setattr("rolecall.lm.local.LocalLM", no_model)
-    monkeypatch.setattr("rolecall.cli._load_data", no_model)
+    monkeypatch.setattr("rolecall.cli_eval.load_data", no_model)
     assert main(["eval", "--program", "opera", "-o", option]) == 1
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -353,7 +353,8 @@ def test_compile_rejects_a_bad_batch_size_before_loading(monkeypatch, capsys):
 
 
 def test_eval_split_of_a_real_dataset_is_the_compile_hash_split(fake_program, shared_data, tmp_path, monkeypatch):
-    """--split train / test of a real dataset are the 80/20 hash split `rolecall compile` trains on / holds out."""
+    """--split train / test of a real dataset are the 80/20 hash split `rolecall compile` trains on / holds out; the
+    default is test, and all is the whole file."""
     from rolecall.cli import DEFAULT_DATA_PATHS
     from rolecall.data import hash_split
     from rolecall.data.corpus import load_dataset
@@ -361,14 +362,15 @@ def test_eval_split_of_a_real_dataset_is_the_compile_hash_split(fake_program, sh
     monkeypatch.chdir(REPO_ROOT)
     train, test = hash_split(load_dataset("musique", DEFAULT_DATA_PATHS["musique"]), fraction=0.8)
     seen = {}
-    for split in ("train", "test", None):
+    for split in ("train", "test", "all", None):
         argv = ["eval", "--program", "fake_rag", "--dataset", "musique", "--no-progress"]
         argv += ["--split", split] if split else []
         assert main([*argv, "--out", str(tmp_path / str(split))]) == 0
         records = (tmp_path / str(split) / "records.jsonl").read_text().splitlines()
         seen[split] = {json.loads(line)["id"] for line in records}
     assert seen["train"] == {e.id for e in train} and seen["test"] == {e.id for e in test}
-    assert seen[None] == seen["train"] | seen["test"] and not seen["train"] & seen["test"]  # default: the whole file
+    assert seen["all"] == seen["train"] | seen["test"] and not seen["train"] & seen["test"]
+    assert seen[None] == seen["test"]  # the default: the held-out side
     assert main(["eval", "--program", "fake_rag", "--dataset", "musique", "--split", "dev", "--out", "x"]) == 1
 
 

@@ -18,7 +18,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rolecall.data.io import Paragraph, Where, field, iter_records, load_examples, string_list, write_jsonl
+from rolecall.data.io import (
+    Paragraph,
+    Where,
+    field,
+    gold_answer_list,
+    iter_records,
+    load_examples,
+    string_list,
+    write_jsonl,
+)
 from rolecall.data.types import Document, Example, SubStep
 
 __all__ = [
@@ -92,7 +101,7 @@ def _parse_example(record: dict[str, Any], where: Where) -> Example:
     return Example(
         id=str(field(record, "id", (str, int), where)),
         question=field(record, "question", str, where),
-        answers=list(string_list(field(record, "golden_answers", list, where), "golden_answers", where)),
+        answers=gold_answer_list(record, "golden_answers", where),
         supporting_ids=list(string_list(reserved.get("supporting_ids") or [], "supporting_ids", where)),
         decomposition=_parse_decomposition(reserved.get("decomposition"), where),
         hops=hops,

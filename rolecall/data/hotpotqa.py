@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rolecall.data.io import Paragraph, Where, field, iter_records, load_examples, string_list
+from rolecall.data.io import Paragraph, Where, field, gold_answer, iter_records, load_examples, string_list
 from rolecall.data.types import Example
 
 __all__ = ["load_hotpotqa", "iter_paragraphs", "parse_context", "parse_supporting_facts", "supporting_ids_from_facts"]
@@ -102,7 +102,7 @@ def _parse_example(record: dict[str, Any], where: Where) -> Example:
     paragraphs = parse_context(record, where)
     facts = parse_supporting_facts(record, where)
     supporting_ids, sentence_ids = supporting_ids_from_facts(paragraphs, facts, where)
-    answer = field(record, "answer", str, where, default=None)
+    answer = gold_answer(record, "answer", where)
     metadata: dict[str, Any] = {
         "supporting_facts": [[t, i] for t, i in facts],
         "supporting_sentence_ids": sentence_ids,
@@ -112,7 +112,7 @@ def _parse_example(record: dict[str, Any], where: Where) -> Example:
     return Example(
         id=str(qid),
         question=field(record, "question", str, where),
-        answers=[answer] if answer is not None else [],
+        answers=[answer],
         supporting_ids=supporting_ids,
         decomposition=None,
         hops=2,  # every HotpotQA question needs exactly two paragraphs
@@ -125,7 +125,8 @@ def _parse_example(record: dict[str, Any], where: Where) -> Example:
 def load_hotpotqa(path: str | Path, *, limit: int | None = None) -> list[Example]:
     """Load HotpotQA examples from a Hugging Face-layout JSONL or an original-layout JSON list.
 
-    ``answers`` is ``[answer]`` (``yes``/``no`` kept as they are; empty for the unlabelled test set), ``hops`` is 2,
+    ``answers`` is ``[answer]`` (``yes``/``no`` kept as they are; a record without one, such as the unlabelled test
+    set's, is an error: it could not be scored), ``hops`` is 2,
     ``type`` is ``bridge`` or ``comparison``, and ``metadata`` holds ``level``, ``supporting_facts``
     (``[[title, sent_id], ...]``) and ``supporting_sentence_ids`` (ids in a ``level="sentence"`` corpus).
 

@@ -29,6 +29,8 @@ __all__ = [
     "iter_records",
     "field",
     "string_list",
+    "gold_answer",
+    "gold_answer_list",
     "check_limit",
     "write_jsonl",
     "split_sentences",
@@ -214,6 +216,30 @@ def string_list(value: Any, key: str, where: Where) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise where.error(f"key {key!r} should be a list of strings, got {_short(value)}")
     return value
+
+
+def gold_answer(record: dict[str, Any], key: str, where: Where) -> str:
+    """``record[key]``, the gold answer: a non-empty string (an example without one cannot be scored).
+
+    Raises:
+        DataFormatError: the key is missing, null, not a string or blank; the message names the file and the line.
+    """
+    answer = field(record, key, str, where)
+    if not answer.strip():
+        raise where.error(f"key {key!r} is blank; every example needs a gold answer to be scored against")
+    return answer
+
+
+def gold_answer_list(record: dict[str, Any], key: str, where: Where) -> list[str]:
+    """``record[key]``, the gold answers: a non-empty list of non-empty strings.
+
+    Raises:
+        DataFormatError: the key is missing, not a list of strings, empty or holds a blank answer.
+    """
+    answers = string_list(field(record, key, list, where), key, where)
+    if not answers or not all(a.strip() for a in answers):
+        raise where.error(f"key {key!r} should be a non-empty list of non-blank answers, got {_short(answers)}")
+    return list(answers)
 
 
 def check_limit(limit: int | None) -> None:

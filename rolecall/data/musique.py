@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rolecall.data.io import Paragraph, Where, check_limit, field, iter_records, string_list
+from rolecall.data.io import Paragraph, Where, check_limit, field, gold_answer, iter_records, string_list
 from rolecall.data.types import Example, SubStep
 
 __all__ = ["load_musique", "iter_paragraphs"]
@@ -71,8 +71,10 @@ def _parse_example(record: dict[str, Any], where: Where) -> Example:
     in_steps = [i for step in decomposition or [] for i in step.supporting_ids]
     flagged = [p.id for p, supporting in paragraphs.values() if supporting]
     supporting_ids = list(dict.fromkeys([i for i in in_steps if i in flagged] + flagged))
-    answer = field(record, "answer", str, where, default=None)
-    answers = [answer] if answer is not None else []
+    answerable = field(record, "answerable", bool, where, default=True)
+    # MuSiQue-Full's unanswerable contrast questions may come without an answer; an answerable one needs its gold
+    answer = gold_answer(record, "answer", where) if answerable else field(record, "answer", str, where, default=None)
+    answers = [answer] if answer else []
     for alias in string_list(record.get("answer_aliases") or [], "answer_aliases", where):
         if alias not in answers:
             answers.append(alias)
@@ -89,7 +91,7 @@ def _parse_example(record: dict[str, Any], where: Where) -> Example:
         type=prefix.group(1) if prefix else f"{hops}hop",
         dataset="musique",
         metadata={
-            "answerable": field(record, "answerable", bool, where, default=True),
+            "answerable": answerable,
             "step_ids": [step.get("id") for step in steps],
         },
     )

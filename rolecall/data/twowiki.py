@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rolecall.data.hotpotqa import parse_context, parse_supporting_facts, supporting_ids_from_facts
-from rolecall.data.io import Paragraph, Where, field, iter_records, load_examples, string_list
+from rolecall.data.io import Paragraph, Where, field, gold_answer, iter_records, load_examples, string_list
 from rolecall.data.types import Example, SubStep
 
 __all__ = [
@@ -301,8 +301,7 @@ def _parse_example(record: dict[str, Any], where: Where) -> Example:
     paragraphs = parse_context(record, where)
     facts = parse_supporting_facts(record, where)
     supporting_ids, sentence_ids = supporting_ids_from_facts(paragraphs, facts, where)
-    answer = field(record, "answer", str, where, default=None)
-    answers = [answer] if answer is not None else []
+    answers = [gold_answer(record, "answer", where)]
     for key in _ALIAS_KEYS:
         for alias in string_list(record.get(key) or [], key, where):
             if alias not in answers:

@@ -60,6 +60,9 @@ class EvaluationRecord:
         latency_s: wall time of the program call.
         success: the program finished without an exception and gave a non-empty answer.
         error: ``"ExceptionType: message"`` when the program raised, else None.
+        failed_calls: role calls that failed other than by a parse error (the LM raised: out of memory, a bad
+            sampling setting, ...); the program may still have answered with a fallback.
+        call_error: the first such failure, ``"role: ExceptionType: message"``, else None.
         parse: ``{role: {"calls": n, "parsed": k}}`` from the trajectory's role steps.
         supporting_ids: the gold supporting passage ids.
         retrieved_ids: every passage id retrieved, in order, without duplicates.
@@ -83,6 +86,8 @@ class EvaluationRecord:
     latency_s: float = 0.0
     success: bool = False
     error: str | None = None
+    failed_calls: int = 0
+    call_error: str | None = None
     parse: dict[str, dict[str, int]] = field(default_factory=dict)
     supporting_ids: list[str] = field(default_factory=list)
     retrieved_ids: list[str] = field(default_factory=list)
@@ -93,11 +98,53 @@ class EvaluationRecord:
         """A JSON-serialisable dict (one ``records.jsonl`` line)."""
         return to_jsonable(asdict(self))
 
+    @property
+    def failed(self) -> bool:
+        """The program raised or one of its role calls failed (what :attr:`EvaluationSummary.n_errors` counts)."""
+        return self.error is not None or self.failed_calls > 0
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EvaluationRecord:
-        """Inverse of :meth:`to_dict`; unknown keys (from a newer rolecall) are ignored."""
+        """Inverse of :meth:`to_dict`; unknown keys (from a newer rolecall) are ignored.
+
+        Raises:
+            TypeError: ``d`` is not a dict, lacks ``id``, ``question`` or ``answers``, or a field has the wrong type.
+        """
+        if not isinstance(d, dict):
+            raise TypeError(f"a record is a JSON object, got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
+        for name in ("id", "question", "answers"):
+            if name not in d:
+                raise TypeError(f"the record has no {name!r}")
+        for name, value in d.items():
+            if name in known and (want := _type_problem(name, value)) is not None:
+                raise TypeError(f"field {name!r} should be {want}, got {str(value)[:60]!r}")
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+_NUMBER_FIELDS = ("em", "f1", "precision", "recall", "cover_em", "latency_s", "steps", "lm_calls", "prompt_tokens",
+                  "completion_tokens", "failed_calls")  # fmt: skip
+_STRING_LIST_FIELDS = ("answers", "supporting_ids", "retrieved_ids")
+
+
+def _type_problem(name: str, value: Any) -> str | None:
+    """What record field ``name`` should be when ``value`` (read from JSON) is not that, else None."""
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if name in _NUMBER_FIELDS or name == "retrieval_recall":
+        ok, want = is_number or (value is None and name == "retrieval_recall"), "a number"
+    elif name in ("id", "question", "prediction"):
+        ok, want = isinstance(value, str), "a string"
+    elif name in ("error", "call_error"):
+        ok, want = value is None or isinstance(value, str), "a string or null"
+    elif name in _STRING_LIST_FIELDS:
+        ok, want = isinstance(value, list) and all(isinstance(v, str) for v in value), "a list of strings"
+    elif name == "success":
+        ok, want = isinstance(value, bool), "true or false"
+    elif name in ("parse", "trajectory"):
+        ok, want = isinstance(value, dict) or (value is None and name == "trajectory"), "an object"
+    else:
+        ok, want = True, ""
+    return None if ok else want
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -109,7 +156,8 @@ class EvaluationSummary:
     """Aggregate numbers of one evaluation (means over questions unless said otherwise).
 
     ``wall_s`` and ``throughput`` (questions per second) cover only the questions run by this call, not those read
-    back by a resume.
+    back by a resume. ``n_errors`` counts the questions whose program raised or one of whose role calls failed
+    (:attr:`EvaluationRecord.failed`); a failed call the program recovered from still counts.
     """
 
     n: int
@@ -180,7 +228,7 @@ class EvaluationSummary:
             completion_tokens=mean_of("completion_tokens"),
             latency_s=mean_of("latency_s"),
             success_rate=mean_of("success"),
-            n_errors=sum(r.error is not None for r in records),
+            n_errors=sum(r.failed for r in records),
             parse_rates=parse_rates,
             retrieval_recall=_mean(recalls) if recalls else None,
             wall_s=wall_s,

@@ -5,7 +5,9 @@ forward pass by ``LocalLM``, so more threads than cores is the point. Each threa
 ``contextvars`` context, so ``with dspy.context(lm=...)`` around :func:`evaluate` reaches every worker.
 
 Failure is data: a program that raises, returns no trajectory or an empty answer gets a record with ``success=False``
-(and the exception as ``error``), scored 0; the run never crashes on it.
+(and the exception as ``error``), scored 0; the run never crashes on it. A role call that failed inside the program
+(the LM raised, not a parse error: ``step.meta["call_failed"]``) is counted in the record's ``failed_calls``, so a run
+whose every LM call failed reports every question as an error rather than as wrong answers.
 """
 
 from __future__ import annotations
@@ -86,6 +88,10 @@ def _get(example: Any, key: str) -> Any:
 def _as_item(example: Any, index: int) -> _Item:
     """Read id, question, gold answers and supporting ids from a rolecall Example, a dspy.Example or a mapping."""
     if isinstance(example, Example):
+        if not example.answers:
+            raise DataFormatError(
+                f"example {index} (id {example.id!r}) has no gold answer; every evaluated example needs one"
+            )
         return _Item(example.id, example.question, list(example.answers), list(example.supporting_ids))
     question = _get(example, "question")
     if not isinstance(question, str) or not question.strip():
@@ -172,6 +178,9 @@ def evaluate_one(program: Any, example: Any, index: int = 0) -> EvaluationRecord
             info = record.parse.setdefault(step.role, {"calls": 0, "parsed": 0})
             info["calls"] += 1
             info["parsed"] += int(step.ok)
+            if step.meta.get("call_failed"):
+                record.failed_calls += 1
+                record.call_error = record.call_error or f"{step.role}: {step.error}"
         record.retrieved_ids = list(traj.retrieved_ids)
         record.trajectory = to_jsonable(traj.to_dict())
     record.retrieval_recall = _retrieval_recall(record.retrieved_ids, item.supporting_ids)

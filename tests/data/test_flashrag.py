@@ -77,10 +77,14 @@ def test_real_corpus_round_trip(tmp_path: Path) -> None:
 def test_native_flashrag_records(tmp_path: Path) -> None:
     row = {"id": "test_0", "question": "Q?", "golden_answers": ["A"], "metadata": {"type": "bridge", "level": "hard"}}
     path = tmp_path / "d.jsonl"
-    path.write_text(json.dumps(row) + "\n" + json.dumps({"id": 7, "question": "R?", "golden_answers": []}) + "\n")
+    path.write_text(json.dumps(row) + "\n" + json.dumps({"id": 7, "question": "R?", "golden_answers": ["B"]}) + "\n")
     a, b = load_flashrag(path)
     assert (a.id, a.type, a.hops, a.dataset, a.metadata) == ("test_0", "bridge", 1, "flashrag", {"level": "hard"})
-    assert (b.id, b.answers, b.metadata) == ("7", [], {})
+    assert (b.id, b.answers, b.metadata) == ("7", ["B"], {})
+    with path.open("a", encoding="utf-8") as f:  # a question without a gold answer could not be scored
+        f.write(json.dumps({"id": 8, "question": "S?", "golden_answers": []}) + "\n")
+    with pytest.raises(DataFormatError, match=f"{path}:3: key 'golden_answers' should be a non-empty list"):
+        load_flashrag(path)
 
 
 @pytest.mark.parametrize(
@@ -118,6 +122,8 @@ def test_corpus_with_title_and_text_keys(tmp_path: Path) -> None:
     [
         ({"id": "x", "question": "Q?"}, "missing required key 'golden_answers'"),
         ({"id": "x", "question": "Q?", "golden_answers": "A"}, "key 'golden_answers' should be list"),
+        ({"id": "x", "question": "Q?", "golden_answers": []}, "should be a non-empty list of non-blank"),
+        ({"id": "x", "question": "Q?", "golden_answers": [""]}, "should be a non-empty list of non-blank"),
         ({"id": "x", "question": "Q?", "golden_answers": ["A"], "metadata": {"hops": "2"}}, "key 'hops' should be int"),
         ({"id": "x", "question": "Q?", "golden_answers": ["A"], "metadata": {"decomposition": [1]}}, "decomposition"),
     ],

@@ -137,6 +137,9 @@ def test_bad_json_line_names_file_and_line(tmp_path: Path) -> None:
         (hf_row(question=None), "required key 'question' is null"),
         (hf_row(context={"title": ["X"], "sentences": [["a"], ["b"]]}), "parallel lists"),
         (hf_row(context={"title": ["X"], "sentences": ["not a list"]}), "list of strings"),
+        ({k: v for k, v in hf_row().items() if k != "answer"}, "missing required key 'answer'"),  # nothing to score
+        (hf_row(answer=None), "required key 'answer' is null"),
+        (hf_row(answer=" "), "key 'answer' is blank"),
     ],
 )
 def test_malformed_record_names_file_and_line(tmp_path: Path, row: dict[str, Any], message: str) -> None:

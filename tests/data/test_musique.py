@@ -80,6 +80,13 @@ def test_answerable_filter(tmp_path: Path) -> None:
     assert [e.id for e in load_musique(path, limit=2)] == ["2hop__a", "2hop__c"]
 
 
+def test_an_unanswerable_record_may_lack_an_answer(tmp_path: Path) -> None:
+    """MuSiQue-Full's contrast questions need no gold answer; an answerable record without one is an error."""
+    bare = {k: v for k, v in record("2hop__b", answerable=False, answer_aliases=[]).items() if k != "answer"}
+    path = write_jsonl(tmp_path / "d.jsonl", [record("2hop__a"), bare])
+    assert [e.answers for e in load_musique(path, answerable_only=False)][1] == []
+
+
 def test_real_counts_and_hops(examples: list[Example]) -> None:
     assert len(examples) == 55
     assert Counter(e.hops for e in examples) == {2: 30, 3: 21, 4: 4}
@@ -118,6 +125,8 @@ def test_real_gold_ids_are_in_the_closed_corpus(examples: list[Example]) -> None
         (record(paragraphs="T: text"), "key 'paragraphs' should be list"),
         (record(answerable="yes"), "key 'answerable' should be bool"),
         (record(paragraphs=[record()["paragraphs"][0]] * 2), "repeats idx 0"),
+        ({k: v for k, v in record().items() if k != "answer"}, "missing required key 'answer'"),
+        (record(answer=" "), "key 'answer' is blank"),
     ],
 )
 def test_malformed_record_names_file_and_line(tmp_path: Path, bad: dict[str, Any], message: str) -> None:

@@ -112,6 +112,8 @@ def test_duplicate_titles_in_context_load(tmp_path: Path) -> None:
         (record(evidences="X father Y"), "key 'evidences' should be list"),
         (record(answer_aliases="Cork"), "key 'answer_aliases' should be a list of strings"),
         ({k: v for k, v in record().items() if k != "context"}, "missing required key 'context'"),
+        ({k: v for k, v in record().items() if k != "answer"}, "missing required key 'answer'"),
+        (record(answer=""), "key 'answer' is blank"),
     ],
 )
 def test_malformed_record_names_file_and_index(tmp_path: Path, bad: dict[str, Any], message: str) -> None:

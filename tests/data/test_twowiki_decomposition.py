@@ -19,7 +19,7 @@ TWOWIKI = DATA / "2wikimultihopqa" / "2wiki_dev_243.json"
 
 def load_one(tmp_path: Path, **record: Any) -> Example:
     """Load one official-layout record (``context`` given as ``{title: [sentences]}`` for brevity)."""
-    rec = {"_id": "w", "answer": "", **record}
+    rec = {"_id": "w", "answer": "A", **record}
     rec["context"] = [[title, sentences] for title, sentences in record["context"].items()]
     path = tmp_path / "d.json"
     path.write_text(json.dumps([rec]), encoding="utf-8")

@@ -207,3 +207,51 @@ def test_metric_prefix_and_summary_table():
 def test_summary_of_no_records_is_an_error():
     with pytest.raises(ValueError, match="empty"):
         EvaluationSummary.from_records([])
+
+
+class FailingCalls(dspy.Module):
+    """A program whose first role call fails the way a failed LM call does in ``Program.call_role``; it still answers
+    (a fallback) on the question "Recovers?"."""
+
+    def forward(self, question: str) -> dspy.Prediction:
+        traj = Trajectory(question=question)
+        failed = Step(kind="role", role="plan", error="RuntimeError: CUDA out of memory", meta={"call_failed": True})
+        traj.add(failed)
+        traj.add(Step(kind="role", role="answer", error="parse error: no `answer` field"))
+        return dspy.Prediction(answer="Paris" if question == "Recovers?" else "", trajectory=traj)
+
+
+def test_failed_role_calls_count_as_errors():
+    """Both questions had a failed LM call: two errors, though neither program call raised and one answered (EM 1);
+    a parse error alone is not a failed call."""
+    examples = [Example(id="a", question="Recovers?", answers=["Paris"]), Example(id="b", question="?", answers=["x"])]
+    result = evaluate(FailingCalls(), examples, num_threads=1, show_progress=False)
+    a, b = result.records
+    assert (a.failed_calls, a.call_error, a.error) == (1, "plan: RuntimeError: CUDA out of memory", None)
+    assert a.em == 1.0 and a.success and b.failed_calls == 1 and not b.success
+    assert result.summary.n_errors == 2 and "2 errors" in format_summary(result.summary)
+    assert evaluate(Scripted(SCRIPT), EXAMPLES, show_progress=False).summary.n_errors == 1  # the raise only
+
+
+def test_an_example_without_gold_answers_is_an_error():
+    with pytest.raises(DataFormatError, match="example 1 \\(id 'q9'\\) has no gold answer"):
+        evaluate(Scripted(SCRIPT), [EXAMPLES[0], Example(id="q9", question="?", answers=[])], show_progress=False)
+
+
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ("null", "a record is a JSON object, got NoneType"),
+        ("[1, 2]", "a record is a JSON object, got list"),
+        ('{"id": "q1", "question": "?"}', "the record has no 'answers'"),
+        ('{"id": 3, "question": "?", "answers": ["a"]}', "field 'id' should be a string"),
+        ('{"id": "q", "question": "?", "answers": ["a"], "em": "high"}', "field 'em' should be a number"),
+    ],
+)
+def test_a_record_line_of_the_wrong_shape_is_an_error_naming_the_line(tmp_path, line, problem):
+    path = tmp_path / "records.jsonl"
+    good = json.dumps({"id": "q1", "question": "?", "answers": ["a"]})
+    path.write_text(f"{good}\n{line}\n{good}\n")
+    with pytest.raises(DataFormatError, match="records.jsonl:2: not a valid evaluation record") as info:
+        read_records(path)
+    assert problem in str(info.value)

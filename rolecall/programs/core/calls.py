@@ -25,6 +25,7 @@ __all__ = [
     "LMCallRecorder",
     "is_local_lm",
     "default_lm_kwargs",
+    "with_max_tokens",
     "jsonable",
     "first_line",
     "count_tokens",
@@ -91,6 +92,25 @@ def default_lm_kwargs(max_tokens: dict[str, int]) -> dict[str, dict[str, Any]]:
         {'*': {'stop': ['[[ ## completed ## ]]']}, 'plan': {'max_tokens': 128}}
     """
     return {"*": {"stop": [COMPLETED_MARKER]}, **{role: {"max_tokens": n} for role, n in max_tokens.items()}}
+
+
+def with_max_tokens(lm_kwargs: dict[str, dict[str, Any]], max_tokens: int) -> dict[str, dict[str, Any]]:
+    """``lm_kwargs`` with every LM call's completion budget set to ``max_tokens``: the ``"*"`` entry and each role's
+    own ``max_tokens`` (a role's entry wins over ``"*"``, so both are set). The input is not changed.
+
+    This is what ``rolecall eval --max-tokens N`` does to a program: each role's ``MAX_TOKENS`` (or the budget a saved
+    program recorded) is only the default.
+
+    Example:
+        >>> with_max_tokens({"*": {"stop": ["x"]}, "plan": {"max_tokens": 128}, "answer": {"n": 3}}, 32)
+        {'*': {'stop': ['x'], 'max_tokens': 32}, 'plan': {'max_tokens': 32}, 'answer': {'n': 3}}
+    """
+    out = {key: dict(value) for key, value in lm_kwargs.items()}
+    out.setdefault("*", {})["max_tokens"] = max_tokens
+    for value in out.values():
+        if "max_tokens" in value:
+            value["max_tokens"] = max_tokens
+    return out
 
 
 def _completion_text(output: Any) -> str:

@@ -372,6 +372,7 @@ class Program(dspy.Module):
         except Exception as e:  # a role call must never crash the question
             logger.debug("role %s failed", role, exc_info=True)
             step.error = f"{type(e).__name__}: {first_line(str(e))}"
+            step.meta["call_failed"] = True  # not a parse error: the evaluation counts it as a failure
         step.seconds = time.perf_counter() - start
         fill_lm_record(step, recorder, tracker, fallback_lm=self.role_lm(role))
         if step.error is not None:

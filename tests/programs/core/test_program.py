@@ -111,6 +111,7 @@ def test_call_role_records_parse_errors_and_fallback_attempts():
     # ChatAdapter fell back to JSONAdapter: both attempts are kept
     assert step.usage["lm_calls"] == 2 and len(step.meta["attempts"]) == 2
     assert trajectory.parse_rate("qa") == 0.0
+    assert "call_failed" not in step.meta  # the LM answered: not a failed call
 
 
 def test_call_role_records_lm_exceptions():
@@ -122,6 +123,7 @@ def test_call_role_records_lm_exceptions():
     trajectory = Trajectory()
     assert program.call_role("qa", trajectory, question="q") is None
     assert "server down" in trajectory.steps[0].error
+    assert trajectory.steps[0].meta["call_failed"] is True  # the evaluation counts it as an error
 
 
 def test_recording_is_thread_safe():
