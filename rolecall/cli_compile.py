@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from rolecall.cli import DEFAULT_DATA_PATHS, _add_common, _build_retriever, _existing, _HelpFormatter, _split_of
-from rolecall.errors import ConfigError, RolecallError
+from rolecall.cli_compile_checks import check_from, check_numbers
+from rolecall.errors import ConfigError
 from rolecall.programs.registry import get_program_class, option_names, parse_program_options, program_names
 
 __all__ = [
@@ -58,9 +59,12 @@ def add_compile_parser(sub: Any) -> None:
         "trains hierarchical_team with MultiAgent-OPD (a cascaded Teacher with GRPO, then the team, its Searchers\n"
         "distilled from the Teacher; each stage within --rl-minutes).\n\n"
         "Writes OUT/program.json, OUT/adapters/<adapter>/, OUT/metrics.jsonl, OUT/loss.png (a chain: OUT/sft/...,\n"
-        "OUT/mapgrpo/metrics.jsonl and OUT/rewards.png).",
+        "OUT/mapgrpo/metrics.jsonl and OUT/rewards.png), a checkpoint after every step and OUT/compile_config.json.\n"
+        "An OUT that holds a run is never overwritten: --resume continues it (with the same flags), --overwrite\n"
+        "starts again. Ctrl-C stops after the running step and its checkpoint; --resume continues from there.",
         epilog="examples:\n"
         "  rolecall compile --program opera --optimizer sft --dataset synthetic --out runs/opera-sft\n"
+        "  rolecall compile --program opera --optimizer sft --dataset synthetic --out runs/opera-sft --resume\n"
         "  rolecall eval --load runs/opera-sft --dataset synthetic --limit 100\n"
         "  rolecall compile --program opera --optimizer sft,mapgrpo --rl-minutes 15 --out runs/opera-sft-mapgrpo\n"
         "  rolecall compile --program stride --optimizer sft,stride_ft --num-plans 4 --out runs/stride-ft\n"
@@ -71,7 +75,13 @@ def add_compile_parser(sub: Any) -> None:
         formatter_class=_HelpFormatter,
     )
     add_training_arguments(p)
-    p.add_argument("--resume", action="store_true", help="continue a killed compile from its checkpoint in OUT")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue the compile in OUT (killed, interrupted or finished) from its last checkpoint; "
+                       "the training flags must be the ones it was started with (OUT/compile_config.json)")  # fmt: skip
+    again.add_argument("--overwrite", action="store_true",
+                       help="delete everything in OUT (a compile run) once the model has loaded, and start again "
+                       "(without it, or --resume, an OUT that holds a run is an error)")  # fmt: skip
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the compiled program is saved")
     _add_common(p)
     p.set_defaults(func=cmd_compile)
@@ -160,7 +170,16 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    """``rolecall compile``: build the program, train it with the optimizer, save it."""
+    """``rolecall compile``: check the flags and OUT, build the program, train it with the optimizer, save it."""
+    from rolecall.cli_compile_checks import check_max_steps_names
+    from rolecall.cli_compile_run import (
+        check_run_folder,
+        compile_settings,
+        print_curves,
+        start_run_folder,
+        steps_per_adapter,
+        stop_model_thread,
+    )
     from rolecall.data.synthetic import synthetic_world
     from rolecall.lm.embedded import DEFAULT_LM
     from rolecall.lm.local import LocalLM
@@ -169,6 +188,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     chain, rl = check_chain(args)
     options = parse_program_options(args.program, args.option)
     optimizers = build_optimizers(args, chain, rl)
+    check_max_steps_names(args, chain, options)
+    settings = compile_settings(args, chain)
+    resuming = check_run_folder(args.out, settings, resume=args.resume, overwrite=args.overwrite)
     if args.dataset == "synthetic":
         world = synthetic_world(seed=args.seed)
         trainset, corpus = list(world.train), list(world.corpus)
@@ -181,6 +203,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     trainset = trainset[: args.limit] if args.limit else trainset
     # under `accelerate launch`: join the process group first, so each process loads the model onto its own GPU
     distributed.setup()
+    if distributed.is_main_process():
+        for line in resuming:
+            print(line)
     if args.served_url:
         from rolecall.lm.served import ServedLM
 
@@ -190,8 +215,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if "top_k" not in options and "top_k" in option_names(get_program_class(args.program)):
         options["top_k"] = args.k
     program = start_program(args, _build_retriever("bm25", corpus, args.k), lm, options)
+    if distributed.is_main_process():  # the model loaded: only now is an overwritten run deleted
+        start_run_folder(args.out, settings, overwrite=args.overwrite)
+    distributed.barrier()
     started = time.perf_counter()
-    program.compile(optimizer=optimizers if len(optimizers) > 1 else optimizers[0], trainset=trainset)
+    try:
+        program.compile(optimizer=optimizers if len(optimizers) > 1 else optimizers[0], trainset=trainset)
+    except KeyboardInterrupt:
+        stop_model_thread(lm)
+        raise
     if not distributed.is_main_process():  # the adapters are identical on every process: the main one saves
         return 0
     program.save(args.out)
@@ -199,27 +231,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     what = f"{len(trainset)} {args.dataset} questions"
     print(f"{args.program} compiled with {','.join(chain)} on {what} in {minutes:.1f} min")
     for name, optimizer in zip(chain, optimizers, strict=True):
-        steps: dict[str, int] = {}
-        for r in optimizer.history:
-            steps[r.get("adapter", r["stage"])] = r["step"]
-        print(f"{name} optimizer steps per adapter: {steps}")
+        print(f"{name} optimizer steps per adapter: {steps_per_adapter(optimizer)}")
+        for adapter in getattr(optimizer, "untrained", []):
+            reason = optimizer.stopped.get(adapter, "no step planned")
+            print(f"{adapter}: 0 steps ({reason}); it keeps its demos")
     print(f"saved: {args.out} (evaluate with: rolecall eval --load {args.out})")
-    if "sft" in chain or rl == ["multitask_sft"]:
-        print(f"loss curve: {(args.out / 'sft' if rl and 'sft' in chain else args.out) / 'loss.png'}")
-    if rl == ["splanrl"]:
-        from rolecall.demo import plot_training_curve
-
-        if "sft" not in chain and args.from_dir is None:
-            print(f"cold start loss curve: {args.out / 'splanrl' / 'cold_start' / 'loss.png'}")
-        if plot_training_curve(args.out / "splanrl" / "metrics.jsonl", args.out / "rewards.png"):
-            print(f"reward curves: {args.out / 'rewards.png'}")
-    if rl == ["stride_ft"]:
-        print(f"selected samples: {optimizers[-1].selection} ({args.out / 'stride_ft' / 'selection.json'})")
-    if rl in (["mapgrpo"], ["grpo"]):
-        from rolecall.demo import plot_training_curve
-
-        if plot_training_curve(args.out / rl[0] / "metrics.jsonl", args.out / "rewards.png"):
-            print(f"reward curves: {args.out / 'rewards.png'}")
+    print_curves(args, chain, rl, optimizers)
     return 0
 
 
@@ -252,34 +269,9 @@ def check_chain(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     for name in ("k", "threads", "group_size", "num_plans"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.rl_minutes <= 0:
-        raise ConfigError(f"--rl-minutes must be > 0, got {args.rl_minutes}")
+    check_numbers(args)
     check_from(args)
     return chain, rl
-
-
-def check_from(args: argparse.Namespace) -> None:
-    """``--from DIR`` must hold a saved program of ``--program``'s class, and comes without ``-o`` options.
-
-    Raises:
-        ConfigError: DIR holds no saved program, one of another program, or ``-o`` was given too.
-    """
-    from rolecall.programs.registry import saved_program
-
-    folder = getattr(args, "from_dir", None)
-    if folder is None:
-        return
-    try:
-        name, cls = saved_program(folder)
-    except RolecallError as err:
-        raise ConfigError(f"--from {folder}: {err}") from err
-    if cls is not get_program_class(args.program):
-        raise ConfigError(f"--from {folder} holds a {cls.__module__}.{cls.__qualname__} program, not --program "
-                          f"{args.program}; pass --program {name}")  # fmt: skip
-    if getattr(args, "option", None):
-        dropped = " -o ".join(args.option)
-        raise ConfigError(f"--from {folder}: the program's options come from its program.json; drop -o {dropped}, "
-                          "or train from the untrained program without --from")  # fmt: skip
 
 
 def start_program(args: argparse.Namespace, retriever: Any, lm: Any, options: dict[str, Any]) -> Any:

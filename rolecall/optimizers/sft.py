@@ -30,12 +30,14 @@ from rolecall.evaluation.metrics import answer_exact_match
 from rolecall.optimizers.core import distributed
 from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
 from rolecall.optimizers.core.config import LRSchedule, TrainerConfig
+from rolecall.optimizers.core.metrics_log import MetricsLog
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import load_samples, samples_from_trajectory, save_samples
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.gold import d2plan_gold, direct_gold, opera_gold, reap_gold, stride_gold, team_gold
 from rolecall.optimizers.gold.runner import gold_trajectories
 from rolecall.optimizers.gold.search_r1 import search_r1_gold
+from rolecall.optimizers.max_steps import check_max_steps, parse_max_steps
 from rolecall.programs.baselines.direct import NoRetrievalCoT, SingleStepRAG
 from rolecall.programs.baselines.search_r1 import SearchR1Agent
 from rolecall.programs.core.calls import is_local_lm
@@ -51,7 +53,16 @@ from rolecall.programs.reap.program import REAP
 from rolecall.programs.stride.program import STRIDE
 from rolecall.programs.team.program import CascadedTeam, HierarchicalTeam
 
-__all__ = ["SFT", "SFTConfig", "GOLD_BUILDERS", "parse_max_steps", "rerender", "trainable_examples"]
+__all__ = [
+    "SFT",
+    "SFTConfig",
+    "GOLD_BUILDERS",
+    "check_max_steps",
+    "parse_max_steps",
+    "rerender",
+    "trainable_examples",
+    "untrain",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +122,13 @@ class SFTConfig(LoopOptions):
     threshold: float = option(1.0, low=0.0, high=1.0)
     """``self``: keep a run's role calls when the metric reaches this."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        caps = self.max_steps.values() if isinstance(self.max_steps, dict) else [self.max_steps]
+        if any(c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1) for c in caps):
+            raise ConfigError(f"SFT max_steps must be an int >= 1, a mapping adapter -> int >= 1, or None; got "
+                              f"{self.max_steps!r}")  # fmt: skip
+
 
 class SFT(WeightOptimizer):
     """Supervised fine-tuning of a rolecall program's role adapters (see the module docstring).
@@ -145,6 +163,9 @@ class SFT(WeightOptimizer):
         self.metric = metric or answer_exact_match
         self.teacher = teacher
         self.samples: dict[str, list[TrainingSample]] = {}
+        self.untrained: list[str] = []  # after compile: the adapters that trained no step (they keep their demos)
+        self._demos: dict[str, list[Any]] = {}
+        self._trained_before: set[str] = set()
 
     def trainer_config(self) -> TrainerConfig:
         """The completion-only NLL trainer every stage uses."""
@@ -178,6 +199,9 @@ class SFT(WeightOptimizer):
             student.adapter_groups = check_adapter_groups({"multitask": trained_roles}, list(student.roles))
             student.bind_role_adapters(student.lm)
         adapters = {a: r for a, r in student.adapter_roles().items() if cfg.roles is None or set(r) & set(cfg.roles)}
+        check_max_steps(cfg.max_steps, list(student.adapter_roles()), list(adapters), type(student).__name__)
+        self._demos = {role: list(predictor.demos) for role, predictor in student.roles.items()}
+        self._trained_before = set(student.demo_free_adapters)  # a warm start's trained adapters stay trained
         self.samples = self._load_samples() if cfg.resume else {}
         if not self.samples:
             self.samples = self._collect_samples(student, examples, set(adapters))
@@ -209,11 +233,19 @@ class SFT(WeightOptimizer):
         """Train ``student``'s adapters in place on ``trainset`` (rolecall ``Example`` s) and return it; with an
         ``output_dir``, also write ``sft_config.json`` and the loss curve ``loss.png``."""
         super().compile(student, trainset=trainset, valset=valset, **kw)
+        # an adapter the budget (or the evaluation hook) stopped before its first step is not trained: it keeps its
+        # demos, as an adapter without targets does
+        self.untrained = [a for a in self.samples if not self.steps.get(a) and a not in self._trained_before]
+        for adapter in self.untrained:
+            logger.warning("SFT: adapter %s trained no step (%s); it keeps its demos", adapter,
+                           self.stopped.get(adapter, "no step planned"))  # fmt: skip
+            untrain(student, adapter, self._demos)
         if self.sft_config.output_dir is not None and distributed.is_main_process():
             out = Path(self.sft_config.output_dir)
             (out / "sft_config.json").write_text(json.dumps(asdict(self.sft_config), indent=2))
-            if self.history:
-                plot_loss(self.history, out / "loss.png")
+            records = MetricsLog(out / "metrics.jsonl").read() or self.history  # a resumed run's steps before it too
+            if records:
+                plot_loss(records, out / "loss.png")
         return student
 
     # ------------------------------------------------------------------ collection
@@ -251,9 +283,7 @@ class SFT(WeightOptimizer):
                 "collect with them)", cfg.source, untargeted, targeted
             )  # fmt: skip
             for adapter in set(untargeted) - trained_before:
-                program.mark_trained(adapter, demo_free=False)
-                for role in program.adapter_roles()[adapter]:
-                    program.roles[role].demos = demos[role]
+                untrain(program, adapter, demos)
         return samples
 
     def _gold_trajectories(self, program: Program, examples: list[Example]) -> list[Any]:
@@ -332,21 +362,12 @@ def trainable_examples(owner: str, student: Program, trainset: Sequence[Any], ne
     return examples
 
 
-def parse_max_steps(text: str | None) -> int | dict[str, int] | None:
-    """``max_steps`` from the command line: ``"12"`` (every adapter) or ``"plan=60,analysis=25"`` (per adapter).
-
-    Raises:
-        ConfigError: ``text`` is neither form; the message shows both.
-    """
-    if text is None:
-        return None
-    try:
-        if "=" not in text:
-            return int(text)
-        return {k.strip(): int(v) for k, v in (item.split("=", 1) for item in text.split(",") if item.strip())}
-    except ValueError:
-        example = "plan=60,analysis=25"
-        raise ConfigError(f"--max-steps takes N or adapter=N,adapter=N (e.g. {example}); got {text!r}") from None
+def untrain(program: Program, adapter: str, demos: dict[str, list[Any]]) -> None:
+    """Marks ``adapter`` untrained again: its roles get back their ``demos`` (role -> demos before training)."""
+    program.mark_trained(adapter, demo_free=False)
+    for role in program.adapter_roles()[adapter]:
+        if role in demos:
+            program.roles[role].demos = list(demos[role])
 
 
 def rerender(program: Program, trajectory: Trajectory) -> Trajectory:

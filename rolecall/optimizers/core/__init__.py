@@ -2,8 +2,10 @@
 and the weight-optimizer base (stages, budget, checkpoints, resume, metrics)."""
 
 from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
+from rolecall.optimizers.core.checkpoint import TrainingWriteError
 from rolecall.optimizers.core.config import LossName, TrainerConfig
 from rolecall.optimizers.core.eval_hook import EvalHook, EvalPoint
+from rolecall.optimizers.core.interrupt import TrainingInterrupted
 from rolecall.optimizers.core.logprobs import per_token_logps, reference_per_token_logps
 from rolecall.optimizers.core.losses import LOSSES, dpo_loss, get_loss, nll_loss, token_advantage_loss
 from rolecall.optimizers.core.sample import TrainingSample
@@ -22,7 +24,9 @@ __all__ = [
     "AdapterTrainer",
     "LossName",
     "TrainerConfig",
+    "TrainingInterrupted",
     "TrainingSample",
+    "TrainingWriteError",
     "completion_target",
     "dpo_loss",
     "encode_completion",

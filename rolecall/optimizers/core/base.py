@@ -20,7 +20,10 @@ The base writes ``<output_dir>/metrics.jsonl`` (one flat line per step, with ``t
 ``time/execute``, ``time/score``, ``time/update`` and ``time/step`` in seconds; with rollouts on a server, its
 counters so far: ``served/requests``, ``served/retries``, ``served/pushes``, ...), an atomic checkpoint after every step
 (:mod:`rolecall.optimizers.core.checkpoint`), ``summary.json`` (steps done and why training stopped) and the final
-adapters under ``adapters/<name>/``. ``resume=True`` continues from the last checkpoint, after a SIGKILL too.
+adapters under ``adapters/<name>/``. ``resume=True`` continues from the last intact checkpoint, after a SIGKILL too.
+Ctrl-C lets the running step finish and checkpoint, then raises :class:`TrainingInterrupted` naming that checkpoint
+(:mod:`rolecall.optimizers.core.interrupt`); a checkpoint that cannot be written (a full disk) raises
+:class:`TrainingWriteError` with the previous one intact.
 
 An optional evaluation hook (:meth:`WeightOptimizer.set_eval_hook`, :mod:`rolecall.optimizers.core.eval_hook`) is
 called after each stage's last step and every N steps; it may score the student on the ``valset`` and stop training.
@@ -35,17 +38,17 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import dspy
 from tqdm.auto import tqdm
 
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core import distributed
-from rolecall.optimizers.core.budget import Schedule, check_budget, next_stage, stage_progress
+from rolecall.optimizers.core.budget import check_budget, next_stage, stage_progress
 from rolecall.optimizers.core.checkpoint import (
+    TrainingWriteError,
     load_checkpoint,
     rng_state,
     save_checkpoint,
@@ -53,78 +56,29 @@ from rolecall.optimizers.core.checkpoint import (
     set_rng_state,
 )
 from rolecall.optimizers.core.eval_hook import EvalHook, EvalPoint, eval_due
+from rolecall.optimizers.core.interrupt import StopOnInterrupt, TrainingInterrupted, wait_for_model_thread
+from rolecall.optimizers.core.loop_config import LoopOptions, WeightOptimizerConfig
 from rolecall.optimizers.core.metrics_log import MetricsLog
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.core.trainer import AdapterTrainer
-from rolecall.programs.core.options import ProgramOptions, option
 
-__all__ = ["EvalHook", "EvalPoint", "LoopOptions", "Stage", "StepContext", "WeightOptimizer", "WeightOptimizerConfig"]
+__all__ = [
+    "EvalHook",
+    "EvalPoint",
+    "LoopOptions",
+    "Stage",
+    "StepContext",
+    "TrainingInterrupted",
+    "TrainingWriteError",
+    "WeightOptimizer",
+    "WeightOptimizerConfig",
+]
 
 logger = logging.getLogger(__name__)
 
 PHASES = ("collect", "generate", "execute", "score", "update")
 """The timed phases of one step, in order (``time/<phase>`` in ``metrics.jsonl``)."""
-
-
-@dataclass(kw_only=True)
-class WeightOptimizerConfig:
-    """The loop settings every weight optimizer shares."""
-
-    output_dir: str | None = None
-    """Where metrics, checkpoints, ``summary.json`` and the final adapters go (None: nowhere, no resume)."""
-    time_budget_s: float | None = None
-    """Wall-clock seconds for the training loop, split over the stages by measured step cost (None: no limit)."""
-    schedule: Schedule = "sequential"
-    """``sequential``: stage after stage (MAPGRPO); ``interleaved``: the stages' steps in turn (SFT)."""
-    resume: bool = False
-    """Continue from the last checkpoint in ``output_dir`` (False starts afresh and deletes old checkpoints)."""
-    keep_checkpoints: int = 1
-    """How many of the newest checkpoints to keep."""
-    seed: int = 0
-    """Seeds Python, NumPy and torch at a fresh start, ``ctx.rng`` and the sample streams."""
-    show_progress: bool = True
-    """A tqdm bar over all stages' steps."""
-
-    def __post_init__(self) -> None:
-        if self.schedule not in get_args(Schedule):
-            raise ConfigError(f"schedule={self.schedule!r}; valid options are {list(get_args(Schedule))}.")
-        if self.keep_checkpoints < 1:
-            raise ConfigError(f"keep_checkpoints must be >= 1; got {self.keep_checkpoints}.")
-        if self.time_budget_s is not None and not self.time_budget_s > 0:
-            raise ConfigError(f"time_budget_s must be > 0 seconds or None; got {self.time_budget_s}.")
-        if self.resume and self.output_dir is None:
-            raise ConfigError("resume=True needs output_dir (where the checkpoints are).")
-
-
-@dataclass(kw_only=True)
-class LoopOptions(ProgramOptions):
-    """The user-facing loop settings an offline optimizer's config shares (SFT, STRIDE-FT), checked like program
-    options; :meth:`loop_config` turns them into the base's :class:`WeightOptimizerConfig`."""
-
-    num_threads: int = option(8, low=1)
-    """Questions (or runs) collected concurrently (their LM calls share batches)."""
-    time_budget_minutes: float | None = None
-    """Wall-clock minutes of the training loop (collection excluded; None: no limit)."""
-    seed: int = 0
-    """Shuffling of the samples and the seeds of a fresh start."""
-    output_dir: str | None = None
-    """Where ``samples.jsonl``, ``metrics.jsonl``, checkpoints and the adapters go (None: nowhere)."""
-    resume: bool = False
-    """Continue a killed run from the last checkpoint in ``output_dir`` (its collected samples are reused)."""
-    show_progress: bool = True
-    """tqdm bars for collection and training."""
-
-    def loop_config(self, schedule: Schedule = "interleaved") -> WeightOptimizerConfig:
-        """The :class:`WeightOptimizer` settings these options describe."""
-        return WeightOptimizerConfig(
-            output_dir=self.output_dir,
-            time_budget_s=None if self.time_budget_minutes is None else 60 * self.time_budget_minutes,
-            schedule=schedule,
-            resume=self.resume,
-            seed=self.seed,
-            show_progress=self.show_progress,
-        )
 
 
 class WeightOptimizer(dspy.teleprompt.Teleprompter):
@@ -135,9 +89,11 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
 
     Attributes:
         history: The metrics records of the steps this process ran.
-        stop_reason: ``"completed"``, ``"time_budget"`` or ``"eval_hook"`` (the evaluation hook stopped training)
-            after :meth:`compile`.
+        stop_reason: ``"completed"``, ``"time_budget"``, ``"eval_hook"`` (the evaluation hook stopped training) or
+            ``"interrupted"`` (Ctrl-C) after :meth:`compile`.
         stopped: Stage -> why it stopped before its planned steps.
+        steps: Stage -> steps done after :meth:`compile` (those before a resume included).
+        checkpoint: The last checkpoint written or resumed from (None: none), after ``checkpoint_step`` steps.
     """
 
     clock: Callable[[], float] = staticmethod(time.perf_counter)
@@ -152,6 +108,9 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         self.stopped: dict[str, str] = {}
         self.eval_hook: EvalHook | None = None
         self.eval_every: int | None = None
+        self.steps: dict[str, int] = {}
+        self.checkpoint: Path | None = None
+        self.checkpoint_step = 0
 
     def set_eval_hook(self, hook: EvalHook | None, *, every: int | None = None) -> None:
         """Calls ``hook(point)`` after each stage's last planned step and, with ``every``, after every ``every``
@@ -217,15 +176,17 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         hook, when one is set).
 
         Raises:
-            ConfigError: If the stages are invalid, the student is not on a LocalLM, or a checkpoint is unreadable.
+            ConfigError: If the stages are invalid, the student is not on a LocalLM, or no checkpoint is intact.
+            TrainingInterrupted: On Ctrl-C, once the running step finished and wrote its checkpoint (a second Ctrl-C:
+                at once, without that step); it names the checkpoint ``resume=True`` continues from.
+            TrainingWriteError: A checkpoint or metrics line could not be written (a full disk); the previous
+                checkpoint is intact.
         """
         cfg = self.config
         stages = self.stages(student, trainset)
         names = [s.name for s in stages]
         if not stages or len(set(names)) != len(names):
             raise ConfigError(f"{type(self).__name__}.stages() must return stages with unique names; got {names}.")
-        by_name = {s.name: s for s in stages}
-        planned = {s.name: s.steps for s in stages}
         backend = self.backend(student)
         self._transport = getattr(getattr(student, "lm", None), "transport_metrics", None)
         for stage in stages:
@@ -233,64 +194,92 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         out = Path(cfg.output_dir) if cfg.output_dir is not None else None
         self.rng = random.Random(cfg.seed)
         state, saved_trainers = self._start(out, backend)
-        with self._private_rng(cfg.seed):
-            self.setup(student, trainset, stages)
-        trainers: dict[str, AdapterTrainer] = {}
-        started: set[str] = set()
-        bar = tqdm(total=sum(planned.values()), initial=state["global_step"], desc=type(self).__name__,
-                   disable=not cfg.show_progress)  # fmt: skip
-        clock, elapsed0 = self.clock(), state["elapsed_s"]
-        hook_stopped = False
-        while (name := next_stage(planned, state, cfg.schedule)) is not None:
-            state["elapsed_s"] = elapsed0 + self.clock() - clock
-            state = distributed.broadcast_object(state)  # several processes: the main one's clock decides for all
-            reason = check_budget(name, planned, state, cfg.time_budget_s, cfg.schedule)
-            if reason is not None:
-                state["stopped"][name] = reason
-                logger.warning("%s %s: stopped after %d of %d steps: %s", type(self).__name__, name,
-                               state["steps"].get(name, 0), planned[name], reason)  # fmt: skip
-                continue
-            stage = by_name[name]
-            ctx = StepContext(stage=stage, step=state["steps"].get(name, 0), global_step=state["global_step"],
-                              position=state["positions"].get(name, 0), rng=self.rng, seed=cfg.seed)  # fmt: skip
-            if name not in started:
-                started.add(name)
-                with self._private_rng(f"{cfg.seed}-{name}"):
-                    ready = self.start_stage(ctx)
-                if ready is False:
-                    state["stopped"][name] = "start_stage found nothing to train on"
-                    logger.warning("%s %s: nothing to train on; stage skipped", type(self).__name__, name)
-                    continue
-            if name not in trainers:  # after the restore: loading an adapter replaces its parameters
-                trainers[name] = AdapterTrainer(backend, stage.adapter, stage.trainer)
-                if name in saved_trainers:
-                    trainers[name].load_state_dict(saved_trainers[name])
-            trainers[name].set_progress(stage_progress(name, planned, state, cfg.time_budget_s, cfg.schedule))
-            record = self._step(ctx, trainers[name])
-            self._account(state, ctx, record, elapsed0 + self.clock() - clock)
-            if out is not None:
-                t0 = self.clock()
-                trained = sorted({by_name[s].adapter for s, n in state["steps"].items() if n > 0})
-                save_checkpoint(out / "checkpoints", state["global_step"], backend=backend, adapters=trained,
-                                trainers=trainers, state=state, generator=self.rng, keep=cfg.keep_checkpoints,
-                                fresh_adapters={stage.adapter}, fresh_trainers={name})  # fmt: skip
-                state["checkpoint_s"] = self.clock() - t0
-            bar.update(1)
-            loss = record.get("loss/total")  # absent when every group was skipped: no update was made
-            bar.set_postfix(stage=name, loss="skipped" if loss is None else f"{loss:.4f}")
-            t0 = self.clock()
-            hook_stopped = self._evaluate(student, valset, ctx, planned, state)
-            clock += self.clock() - t0  # evaluating is not training: the time budget does not pay for it
-            if hook_stopped:
-                break
-        bar.close()
-        self.stopped = dict(state["stopped"])
+        with StopOnInterrupt(type(self).__name__) as interrupt:
+            try:
+                with self._private_rng(cfg.seed):
+                    self.setup(student, trainset, stages)
+                hook_stopped = self._train(student, valset, stages, state, saved_trainers, interrupt)
+            except KeyboardInterrupt:
+                wait_for_model_thread(backend)  # exiting while it runs torch aborts the process (see interrupt.py)
+                self.steps, self.stop_reason = dict(state["steps"]), "interrupted"
+                raise TrainingInterrupted(type(self).__name__, self.checkpoint, self.checkpoint_step) from None
+        self.steps, self.stopped = dict(state["steps"]), dict(state["stopped"])
         self.stop_reason = "time_budget" if any("budget" in r for r in self.stopped.values()) else "completed"
         if hook_stopped:
             self.stop_reason = "eval_hook"
         if out is not None and distributed.is_main_process():
             self._finish(out, backend, stages, state)
         return student
+
+    def _train(self, student: Any, valset: Sequence[Any] | None, stages: list[Stage], state: dict[str, Any],
+               saved_trainers: dict[str, dict[str, Any]], interrupt: StopOnInterrupt) -> bool:  # fmt: skip
+        """The loop: a step of the next stage at a time, each followed by its checkpoint, until every stage is done
+        or stopped; whether the evaluation hook stopped it. A Ctrl-C between steps raises ``KeyboardInterrupt``."""
+        cfg = self.config
+        by_name = {s.name: s for s in stages}
+        planned = {s.name: s.steps for s in stages}
+        backend = self.backend(student)
+        out = Path(cfg.output_dir) if cfg.output_dir is not None else None
+        trainers: dict[str, AdapterTrainer] = {}
+        started: set[str] = set()
+        bar = tqdm(total=sum(planned.values()), initial=state["global_step"], desc=type(self).__name__,
+                   disable=not cfg.show_progress)  # fmt: skip
+        clock, elapsed0 = self.clock(), state["elapsed_s"]
+        try:
+            while (name := next_stage(planned, state, cfg.schedule)) is not None:
+                state["elapsed_s"] = elapsed0 + self.clock() - clock
+                # several processes: the main one's clock (and Ctrl-C) decides for all; the state is updated in place
+                synced, stop = distributed.broadcast_object((state, interrupt.requested))
+                if synced is not state:
+                    state.clear()
+                    state.update(synced)
+                if stop:  # the last step's checkpoint is written: stop here
+                    raise KeyboardInterrupt
+                reason = check_budget(name, planned, state, cfg.time_budget_s, cfg.schedule)
+                if reason is not None:
+                    state["stopped"][name] = reason
+                    logger.warning("%s %s: stopped after %d of %d steps: %s", type(self).__name__, name,
+                                   state["steps"].get(name, 0), planned[name], reason)  # fmt: skip
+                    continue
+                stage = by_name[name]
+                ctx = StepContext(stage=stage, step=state["steps"].get(name, 0), global_step=state["global_step"],
+                                  position=state["positions"].get(name, 0), rng=self.rng, seed=cfg.seed)  # fmt: skip
+                if name not in started:
+                    started.add(name)
+                    with self._private_rng(f"{cfg.seed}-{name}"):
+                        ready = self.start_stage(ctx)
+                    if ready is False:
+                        state["stopped"][name] = "start_stage found nothing to train on"
+                        logger.warning("%s %s: nothing to train on; stage skipped", type(self).__name__, name)
+                        continue
+                if name not in trainers:  # after the restore: loading an adapter replaces its parameters
+                    trainers[name] = AdapterTrainer(backend, stage.adapter, stage.trainer)
+                    if name in saved_trainers:
+                        trainers[name].load_state_dict(saved_trainers[name])
+                trainers[name].set_progress(stage_progress(name, planned, state, cfg.time_budget_s, cfg.schedule))
+                record = self._step(ctx, trainers[name])
+                self._account(state, ctx, record, elapsed0 + self.clock() - clock)
+                if out is not None:
+                    t0 = self.clock()
+                    trained = sorted({by_name[s].adapter for s, n in state["steps"].items() if n > 0})
+                    self.checkpoint = save_checkpoint(
+                        out / "checkpoints", state["global_step"], backend=backend, adapters=trained,
+                        trainers=trainers, state=state, generator=self.rng, keep=cfg.keep_checkpoints,
+                        fresh_adapters={stage.adapter}, fresh_trainers={name},
+                    )  # fmt: skip
+                    self.checkpoint_step = state["global_step"]
+                    state["checkpoint_s"] = self.clock() - t0
+                bar.update(1)
+                loss = record.get("loss/total")  # absent when every group was skipped: no update was made
+                bar.set_postfix(stage=name, loss="skipped" if loss is None else f"{loss:.4f}")
+                t0 = self.clock()
+                hook_stopped = self._evaluate(student, valset, ctx, planned, state)
+                clock += self.clock() - t0  # evaluating is not training: the time budget does not pay for it
+                if hook_stopped:
+                    return True
+            return False
+        finally:
+            bar.close()
 
     def _evaluate(self, student: Any, valset: Sequence[Any] | None, ctx: StepContext, planned: dict[str, int],
                   state: dict[str, Any]) -> bool:  # fmt: skip
@@ -359,6 +348,7 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         if checkpoint is not None:
             checkpoint.restore(backend, self.rng)
             state = {**fresh, **checkpoint.state}
+            self.checkpoint, self.checkpoint_step = checkpoint.path, state["global_step"]
             MetricsLog(out / "metrics.jsonl").truncate(state["global_step"])
             logger.info("%s: resumed at global step %d (%s)", type(self).__name__, state["global_step"], state["steps"])
             return state, checkpoint.trainers
@@ -374,7 +364,14 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         self.history.append(record)
         logger.debug("%s %s step %d: %s", type(self).__name__, record["stage"], record["step"], record)
         if out is not None:
-            MetricsLog(out / "metrics.jsonl").append(record)
+            try:
+                MetricsLog(out / "metrics.jsonl").append(record)
+            except OSError as exc:
+                kept = f"the checkpoint {self.checkpoint} is intact" if self.checkpoint else "no checkpoint was written"
+                raise TrainingWriteError(
+                    f"could not write {out / 'metrics.jsonl'} ({exc}); {kept}: free space (or fix the folder), then "
+                    "resume the run (rolecall compile ... --resume, or resume=True)"
+                ) from exc
 
     def _finish(self, out: Path, backend: Any, stages: list[Stage], state: dict[str, Any]) -> None:
         for adapter in dict.fromkeys(s.adapter for s in stages):

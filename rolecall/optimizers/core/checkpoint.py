@@ -14,8 +14,13 @@ checkpoint writes ~15 MB instead of ~57 MB (``benchmarks/bench_checkpoint.py``).
 layout (``trainers.pt`` holding trainers and RNG states) still load.
 
 It is written into a hidden temporary directory beside the final one and renamed into place, so a run killed at any
-moment (SIGKILL included) leaves either the previous checkpoint or the new one, never half of one. Only the last
-``keep`` checkpoints are kept.
+moment (SIGKILL included) leaves either the previous checkpoint or the new one, never half of one. A write that fails
+(a full disk) deletes its temporary directory and raises :class:`TrainingWriteError` naming the folder, with the
+previous checkpoint intact. Only the last ``keep`` checkpoints are kept.
+
+Loading checks every file of the newest checkpoint (the JSON state, each adapter's config and safetensors header, the
+trainer and RNG files); a damaged one is skipped with a warning naming the file, for the newest intact checkpoint
+before it. When none is intact, the error names the damaged file.
 
 Under several processes (:mod:`rolecall.optimizers.core.distributed`; their adapters and optimizer states are
 identical) only the main process writes, after all of them reached the same step, and every process resumes from
@@ -27,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import random
 import shutil
 from collections.abc import Collection, Mapping
@@ -38,11 +44,14 @@ from urllib.parse import quote, unquote
 import numpy as np
 import torch
 
-from rolecall.errors import ConfigError
+from rolecall.errors import ConfigError, ModelLoadError, RolecallError
+from rolecall.lm.adapter_files import check_adapter_folder
 from rolecall.optimizers.core.distributed import barrier, is_main_process
 
 __all__ = [
     "Checkpoint",
+    "TrainingWriteError",
+    "find_checkpoint",
     "latest_checkpoint",
     "load_checkpoint",
     "rng_state",
@@ -55,6 +64,13 @@ logger = logging.getLogger(__name__)
 
 _PREFIX = "step-"
 _TMP_PREFIX = ".tmp-"
+_UNREADABLE = (OSError, ValueError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError, ModelLoadError)
+"""What reading a damaged checkpoint file raises (truncated zip or pickle, bad JSON, a missing file)."""
+
+
+class TrainingWriteError(RolecallError, OSError):
+    """A training run could not write its checkpoint or metrics (a full disk, a read-only folder); the message names
+    the folder and the OS error, and the previous checkpoint is intact."""
 
 
 @dataclass
@@ -167,11 +183,39 @@ def save_checkpoint(
     barrier()
     if not is_main_process():
         return final
-    root.mkdir(parents=True, exist_ok=True)
     previous = latest_checkpoint(root)
     tmp = root / f"{_TMP_PREFIX}{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        _write(tmp, previous, backend=backend, adapters=adapters, trainers=trainers, state=state, generator=generator,
+               fresh_adapters=fresh_adapters, fresh_trainers=fresh_trainers)  # fmt: skip
+        _move_into_place(tmp, final)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # never leave half a checkpoint behind
+        kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint was written"
+        raise TrainingWriteError(
+            f"could not write checkpoint {final} ({exc}); {kept}: free space (or fix the folder), then resume the run "
+            "(rolecall compile ... --resume, or resume=True)"
+        ) from exc
+    _prune(root, keep)
+    return final
+
+
+def _write(
+    tmp: Path,
+    previous: Path | None,
+    *,
+    backend: Any,
+    adapters: list[str],
+    trainers: Mapping[str, Any],
+    state: Mapping[str, Any],
+    generator: random.Random | None,
+    fresh_adapters: Collection[str] | None,
+    fresh_trainers: Collection[str] | None,
+) -> None:
+    """Writes the checkpoint's files into ``tmp``, linking the unchanged ones from ``previous``."""
     for name in adapters:
         old = _unchanged(previous, Path("adapters", name), name, fresh_adapters)
         if old is None or not _link_tree(old, tmp / "adapters" / name, "adapter_config.json"):
@@ -184,11 +228,22 @@ def save_checkpoint(
             torch.save(trainer.state_dict(), tmp / part)
     torch.save(rng_state(generator), tmp / "rng.pt")
     (tmp / "state.json").write_text(json.dumps(dict(state), indent=1))
-    if final.exists():  # a resumed run re-took this step: the new one replaces it
-        shutil.rmtree(final)
-    os.replace(tmp, final)  # atomic on POSIX: readers see the old set of checkpoints or the new one
-    _prune(root, keep)
-    return final
+
+
+def _move_into_place(tmp: Path, final: Path) -> None:
+    """Renames ``tmp`` to ``final``; a ``final`` already there (a resumed run re-took its step) is moved aside first
+    and put back if the rename fails."""
+    if not final.exists():
+        os.replace(tmp, final)  # atomic on POSIX: readers see the old set of checkpoints or the new one
+        return
+    aside = final.with_name(f"{_TMP_PREFIX}old-{final.name}-{os.getpid()}")
+    os.replace(final, aside)
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        os.replace(aside, final)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _unchanged(previous: Path | None, part: Path, name: str, fresh: Collection[str] | None) -> Path | None:
@@ -222,35 +277,88 @@ def _link_tree(source: Path, target: Path, marker: str) -> bool:
 
 
 def latest_checkpoint(root: str | Path) -> Path | None:
-    """The newest complete checkpoint directory under ``root``, or None."""
-    root = Path(root)
-    if not root.is_dir():
-        return None
-    done = sorted(p for p in root.iterdir() if p.name.startswith(_PREFIX) and (p / "state.json").is_file())
+    """The newest complete checkpoint directory under ``root`` (not checked for damage; see :func:`find_checkpoint`),
+    or None."""
+    done = _complete(Path(root))
     return done[-1] if done else None
 
 
-def load_checkpoint(root: str | Path) -> Checkpoint | None:
-    """Reads the newest checkpoint under ``root`` (None when there is none); call :meth:`Checkpoint.restore` next.
+def _complete(root: Path) -> list[Path]:
+    """The complete checkpoint directories under ``root``, oldest first."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.name.startswith(_PREFIX) and (p / "state.json").is_file())
+
+
+def _read(path: Path) -> Checkpoint:
+    """Reads and checks every file of checkpoint ``path``.
 
     Raises:
-        ConfigError: If the checkpoint cannot be read.
+        ConfigError: a file is damaged or missing; the message names it.
     """
-    path = latest_checkpoint(root)
-    if path is None:
-        return None
-    try:
-        state = json.loads((path / "state.json").read_text())
-        if (path / "trainers.pt").is_file():  # the older one-file layout
-            payload = torch.load(path / "trainers.pt", weights_only=False)  # our own file: RNG states need pickle
-            trainers, rng = payload["trainers"], payload["rng"]
-        else:
-            trainers = {unquote(f.stem): torch.load(f, weights_only=False) for f in (path / "trainers").glob("*.pt")}
-            rng = torch.load(path / "rng.pt", weights_only=False)
-    except (OSError, ValueError, RuntimeError, KeyError) as exc:
-        raise ConfigError(f"Checkpoint {path} is unreadable ({exc}); delete it to resume from the one before.") from exc
-    logger.info("Loaded checkpoint %s", path)
+
+    def load(file: Path, read: Any) -> Any:
+        try:
+            return read(file)
+        except _UNREADABLE as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigError(f"{file} is unreadable ({reason})") from None
+
+    state = load(path / "state.json", lambda f: json.loads(f.read_text()))
+    if not isinstance(state, dict):
+        raise ConfigError(f"{path / 'state.json'} is unreadable (not a JSON object)")
+    folder = path / "adapters"
+    for adapter in sorted(folder.iterdir()) if folder.is_dir() else []:
+        try:
+            check_adapter_folder(adapter)
+        except ModelLoadError as exc:
+            raise ConfigError(str(exc).split("; ")[0]) from None
+    if (path / "trainers.pt").is_file():  # the older one-file layout
+        # our own files: the RNG states need pickle
+        payload = load(path / "trainers.pt", lambda f: torch.load(f, weights_only=False))
+        trainers, rng = load(path / "trainers.pt", lambda _: (payload["trainers"], payload["rng"]))
+    else:
+        trainers = {unquote(f.stem): load(f, lambda f: torch.load(f, weights_only=False))
+                    for f in sorted((path / "trainers").glob("*.pt"))}  # fmt: skip
+        rng = load(path / "rng.pt", lambda f: torch.load(f, weights_only=False))
     return Checkpoint(path=path, state=state, trainers=trainers, rng=rng)
+
+
+def find_checkpoint(root: str | Path) -> tuple[Checkpoint | None, list[str]]:
+    """The newest intact checkpoint under ``root`` (None when there is none) and what is wrong with each newer, damaged
+    one (a line naming the file); logs nothing.
+
+    Example:
+        >>> checkpoint, damaged = find_checkpoint("runs/opera-sft/checkpoints")  # doctest: +SKIP
+    """
+    damaged: list[str] = []
+    for path in reversed(_complete(Path(root))):
+        try:
+            return _read(path), damaged
+        except ConfigError as exc:
+            damaged.append(str(exc))
+    return None, damaged
+
+
+def load_checkpoint(root: str | Path) -> Checkpoint | None:
+    """Reads the newest intact checkpoint under ``root`` (None when there is none); call :meth:`Checkpoint.restore`
+    next. A damaged newer checkpoint is skipped with a warning naming its damaged file.
+
+    Raises:
+        ConfigError: If no checkpoint under ``root`` is intact (the message names the newest one's damaged file).
+    """
+    checkpoint, damaged = find_checkpoint(root)
+    if checkpoint is None and damaged:
+        newest = _complete(Path(root))[-1]
+        raise ConfigError(
+            f"Checkpoint {newest} is unreadable: {damaged[0]}; no earlier checkpoint is intact: delete it to start "
+            "this training afresh"
+        )
+    for problem in damaged:
+        logger.warning("Skipping a damaged checkpoint: %s; resuming from %s", problem, checkpoint.path)
+    if checkpoint is not None:
+        logger.info("Loaded checkpoint %s", checkpoint.path)
+    return checkpoint
 
 
 def _prune(root: Path, keep: int) -> None:
