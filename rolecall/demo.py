@@ -2,14 +2,19 @@
 SFT -> SFT + MAPGRPO.
 
 Builds the synthetic world, evaluates prompt-only OPERA (built-in demos) on held-out test questions, compiles it with
-SFT on gold-path targets within a wall-clock budget (each role's adapter trained demo-free), evaluates it, trains it
-further with MAPGRPO (paper Eq. 11: c_best enters each group's baseline and gets no gradient) within ``rl_minutes``,
-evaluates it again and writes everything to ``runs/<timestamp>/``: ``before/``, ``after_sft/`` and ``after/``
-(per-question records with trajectories, summaries), ``sft/`` (samples, ``metrics.jsonl``, checkpoints, ``loss.png``:
-the loss curve per adapter), ``mapgrpo/`` (``metrics.jsonl``, checkpoints), ``training_curve.png`` (the reward per
-MAPGRPO stage), ``program/`` (the trained program), ``table.md`` (one column per rung) and ``results.json``.
+SFT on gold-path targets for a fixed number of steps per adapter (:data:`DEMO_SFT_STEPS`; each role's adapter trained
+demo-free), evaluates it, trains it further with MAPGRPO (paper Eq. 11: c_best enters each group's baseline and gets no
+gradient) for a fixed number of steps per stage (:data:`DEMO_RL_STEPS`), evaluates it again and writes everything to
+``runs/<timestamp>/``: ``before/``, ``after_sft/`` and ``after/`` (per-question records with trajectories,
+summaries), ``sft/`` (samples, ``metrics.jsonl``, ``summary.json``: steps planned and run, checkpoints, ``loss.png``:
+the loss curve per adapter), ``mapgrpo/`` (the same), ``training_curve.png`` (the reward per MAPGRPO stage),
+``program/`` (the trained program), ``table.md`` (one column per rung) and ``results.json``.
 ``optimizer="sft"`` stops after SFT (a before/after table); ``optimizer="mapgrpo"`` runs MAPGRPO from the untrained
 roles (with off-policy guidance).
+
+The training is bounded by steps, never by the clock: a busy or slower machine takes longer and trains the same
+amount, so it gets the same table within noise. :func:`rolecall.demo_steps.estimate_minutes` says beforehand how long
+an idle 2-core machine takes.
 """
 
 from __future__ import annotations
@@ -21,12 +26,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rolecall.demo_steps import (
+    DEMO_RL_STEPS,
+    DEMO_SCRATCH_RL_STEPS,
+    DEMO_SFT_STEPS,
+    RL_STAGES,
+    SFT_ADAPTERS,
+    check_steps,
+    estimate_minutes,
+)
+from rolecall.errors import ConfigError
+
 if TYPE_CHECKING:  # the CLI reads DemoConfig's defaults before anything heavy loads
+    from rolecall.optimizers.core.base import WeightOptimizer
     from rolecall.optimizers.core.config import LRSchedule
 
-__all__ = ["DemoConfig", "run_demo", "comparison_table", "ladder_table", "plot_training_curve"]
+__all__ = ["DemoConfig", "demo_optimizer", "run_demo", "comparison_table", "ladder_table", "plot_training_curve"]
 
 logger = logging.getLogger(__name__)
+
+CHAINS = ("sft,mapgrpo", "sft", "mapgrpo")
+"""The demo's compiles: the ladder, SFT only, MAPGRPO from the untrained roles."""
 
 TABLE_METRICS = (
     ("em", "EM"),
@@ -43,7 +63,12 @@ TABLE_METRICS = (
 
 @dataclass(kw_only=True)
 class DemoConfig:
-    """Settings of the demo (each has a ``rolecall demo`` flag)."""
+    """Settings of the demo (each has a ``rolecall demo`` flag), checked on construction, before anything loads.
+
+    Raises:
+        ConfigError: a value out of range (its field and flag named), an unknown chain, or a steps table naming an
+            unknown adapter or a count below 1.
+    """
 
     seed: int = 0
     """Seed of the synthetic world and of training."""
@@ -51,21 +76,20 @@ class DemoConfig:
     """Held-out test questions evaluated before and after each rung (24: the whole ladder fits 30 minutes on 2
     cores)."""
     optimizer: str = "sft,mapgrpo"
-    """``sft,mapgrpo`` (the ladder: SFT, then MAPGRPO within ``rl_minutes``), ``sft`` (gold-path SFT only) or
-    ``mapgrpo`` (MAPGRPO from the untrained roles, with off-policy guidance)."""
-    rl_minutes: float = 8.0
-    """MAPGRPO's budget after SFT in the ``sft,mapgrpo`` ladder."""
+    """``sft,mapgrpo`` (the ladder: SFT, then MAPGRPO), ``sft`` (gold-path SFT only) or ``mapgrpo`` (MAPGRPO from the
+    untrained roles, with off-policy guidance)."""
     train_questions: int = 400
     """Training questions SFT collects its gold-path samples from."""
-    budget_minutes: float = 7.0
-    """Wall-clock budget of the training loop."""
-    max_steps: dict[str, int] | None = None
-    """SFT optimizer steps per adapter (default :data:`SFT_STEPS`)."""
+    sft_steps: dict[str, int] | None = None
+    """SFT optimizer steps per adapter; adapters it does not name keep :data:`DEMO_SFT_STEPS`."""
+    rl_steps: dict[str, int] | None = None
+    """MAPGRPO optimizer steps per stage; stages it does not name keep :data:`DEMO_RL_STEPS` (after SFT) or
+    :data:`DEMO_SCRATCH_RL_STEPS` (from the untrained roles)."""
     lr_schedule: LRSchedule = "constant"
-    """SFT's learning-rate schedule. ``constant`` here, unlike SFT's default ``linear``: the 7-minute budget stops
-    the plan adapter near 85 steps, and decaying the rate over so few left the plans unlearned (the demo's EM stayed
-    8.3 -> 8.3 with ``linear``; 8.3 -> 25.0 at a constant rate). Over 15 minutes (~180 plan steps) ``linear`` is the
-    better one: 0.410 against 0.300 EM in ``benchmarks/bench_compile.py``."""
+    """SFT's learning-rate schedule. ``constant`` here, unlike SFT's default ``linear``: when the demo's SFT stopped
+    the plan adapter near 85 steps, decaying the rate over so few left the plans unlearned (EM 8.3 -> 8.3 with
+    ``linear``; 8.3 -> 25.0 at a constant rate). Over ~180 plan steps ``linear`` is the better one: 0.410 against
+    0.300 EM in ``benchmarks/bench_compile.py``."""
     group_size: int = 4
     """G of MAPGRPO (including c_best)."""
     threads: int = 24
@@ -77,12 +101,74 @@ class DemoConfig:
     show_progress: bool = True
     """Progress bars."""
 
+    def __post_init__(self) -> None:
+        if self.optimizer not in CHAINS:
+            raise ConfigError(f"optimizer (--optimizer) must be one of {list(CHAINS)}; got {self.optimizer!r}")
+        baseline = " (a MAPGRPO group needs c_best and a sample for its baseline)"
+        for name, low, why in (("eval_questions", 1, ""), ("train_questions", 1, ""), ("threads", 1, ""),
+                               ("group_size", 2, baseline)):  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                label = name if name == "train_questions" else f"{name} (--{name.replace('_', '-')})"  # no flag
+                raise ConfigError(f"{label} must be an integer >= {low}{why}; got {value!r}")
+        check_steps("sft_steps", self.sft_steps, SFT_ADAPTERS)
+        check_steps("rl_steps", self.rl_steps, RL_STAGES)
 
-SFT_STEPS: dict[str, int] = {"plan": 240, "analysis": 160, "synthesis": 40, "rewrite": 6}
-"""The demo's SFT steps per OPERA adapter (2 samples a step), sized to the step costs ``bench_compile`` measured on 2
-CPU cores (plan ~1.7 s, analysis ~4.0 s with its passages, synthesis ~1.8 s, rewrite ~2.2 s): ~15 minutes in all, cut
-to the budget at the same fraction for every adapter (at a constant learning rate: see ``DemoConfig.lr_schedule``).
-Plans and passage reading get the most steps."""
+    @property
+    def chain(self) -> list[str]:
+        """The compiles in order: ``["sft", "mapgrpo"]``, ``["sft"]`` or ``["mapgrpo"]``."""
+        return self.optimizer.split(",")
+
+    @property
+    def planned_sft_steps(self) -> dict[str, int]:
+        """SFT steps per adapter: :data:`DEMO_SFT_STEPS` with ``sft_steps`` over it."""
+        return {**DEMO_SFT_STEPS, **(self.sft_steps or {})}
+
+    @property
+    def planned_rl_steps(self) -> dict[str, int]:
+        """MAPGRPO steps per stage: the demo's (after SFT, or from the untrained roles) with ``rl_steps`` over it."""
+        base = DEMO_SCRATCH_RL_STEPS if self.chain[0] == "mapgrpo" else DEMO_RL_STEPS
+        return {**base, **(self.rl_steps or {})}
+
+
+def demo_optimizer(name: str, config: DemoConfig, out: Path, *, warm: bool) -> WeightOptimizer:
+    """The optimizer of one rung of the demo's ladder, bounded by steps and never by the clock (no time budget).
+
+    Args:
+        name: ``"sft"`` or ``"mapgrpo"``.
+        config: the demo's settings (their steps per adapter / stage).
+        out: the run directory; the optimizer writes under ``out / name``.
+        warm: MAPGRPO on SFT's roles (the paper's Eq. 11: c_best gets no gradient); False runs it from the untrained
+            roles with off-policy guidance.
+
+    Returns:
+        An :class:`~rolecall.optimizers.SFT` or :class:`~rolecall.optimizers.MAPGRPO`.
+    """
+    if name == "sft":
+        from rolecall.optimizers.sft import SFT
+
+        return SFT(
+            epochs=20.0,  # the steps come from max_steps
+            max_steps=config.planned_sft_steps,
+            lr_schedule=config.lr_schedule,
+            output_dir=str(out / "sft"),
+            seed=config.seed,
+            num_threads=config.threads,
+            show_progress=config.show_progress,
+        )
+    from rolecall.optimizers import MAPGRPO, MAPGRPOConfig
+
+    return MAPGRPO(
+        MAPGRPOConfig(
+            group_size=config.group_size,
+            steps=config.planned_rl_steps,
+            expert_gradient=not warm,
+            output_dir=out / "mapgrpo",
+            seed=config.seed,
+            num_threads=config.threads,
+            show_progress=config.show_progress,
+        )
+    )
 
 
 def _summary_dict(result: Any) -> dict[str, Any]:
@@ -178,14 +264,16 @@ def plot_training_curve(log_path: Path, png_path: Path) -> bool:
 
 
 def run_demo(config: DemoConfig) -> dict[str, Any]:
-    """Run the whole demo and return its results (also written to the run directory)."""
+    """Run the whole demo and return its results (also written to the run directory).
+
+    Each rung trains its planned steps whatever the machine's speed; ``results["training"]`` holds, per rung, the
+    steps planned and run per stage and why a stage stopped early (for example MAPGRPO finding no inputs for one).
+    """
     import dspy
 
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import evaluate
     from rolecall.lm import DEFAULT_LM, LocalLM
-    from rolecall.optimizers import MAPGRPO, MAPGRPOConfig
-    from rolecall.optimizers.sft import SFT
     from rolecall.programs import OPERA
     from rolecall.retrievers.bm25 import BM25
 
@@ -196,45 +284,25 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     lm = LocalLM(config.model or DEFAULT_LM)
     program = OPERA(BM25(world.corpus), lm=lm)
     started = time.perf_counter()
+    chain = config.chain
     with dspy.context(lm=lm):
         before = evaluate(
             program, held_out, num_threads=config.threads, output_dir=out / "before", show_progress=config.show_progress
         )
-        chain = [name.strip() for name in config.optimizer.split(",") if name.strip()]
         columns: list[tuple[str, dict[str, Any]]] = [("prompt-only OPERA", _summary_dict(before))]
         history: list[dict[str, Any]] = []
+        training: dict[str, dict[str, Any]] = {}
         train_seconds = 0.0
         for position, name in enumerate(chain):
-            if name == "sft":
-                optimizer: Any = SFT(
-                    epochs=20.0,  # the steps come from max_steps
-                    max_steps=dict(config.max_steps or SFT_STEPS),
-                    lr_schedule=config.lr_schedule,
-                    time_budget_minutes=config.budget_minutes,
-                    output_dir=str(out / "sft"),
-                    seed=config.seed,
-                    num_threads=config.threads,
-                    show_progress=config.show_progress,
-                )
-                trainset = world.train[: config.train_questions]
-            else:
-                warm = position > 0  # on SFT's roles: the paper's Eq. 11; from scratch: off-policy guidance
-                optimizer = MAPGRPO(
-                    MAPGRPOConfig(
-                        group_size=config.group_size,
-                        time_budget_s=(config.rl_minutes if warm else config.budget_minutes) * 60.0,
-                        expert_gradient=not warm,
-                        output_dir=out / "mapgrpo",
-                        seed=config.seed,
-                        num_threads=config.threads,
-                        show_progress=config.show_progress,
-                    )
-                )
-                trainset = world.train
+            optimizer = demo_optimizer(name, config, out, warm=position > 0)
+            trainset = world.train[: config.train_questions] if name == "sft" else world.train
             t0 = time.perf_counter()
             program = program.compile(optimizer=optimizer, trainset=trainset)
             train_seconds += time.perf_counter() - t0
             history += [dict(r, optimizer=name) for r in optimizer.history]
+            training[name] = _training_summary(out / name)
+            for stage, reason in training[name].get("stopped", {}).items():
+                logger.warning("demo %s %s: stopped early: %s", name, stage, reason)
             last = position == len(chain) - 1
             after = evaluate(program, held_out, num_threads=config.threads,
                              output_dir=out / ("after" if last else f"after_{name}"),
@@ -259,6 +327,8 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         "after": a,
         "train_seconds": train_seconds,
         "total_seconds": time.perf_counter() - started,
+        "estimate_minutes": estimate_minutes(config),
+        "training": training,
         "columns": [{"name": name, "summary": summary} for name, summary in columns],
         "train_log": history,
         "training_curve": str(curve) if plotted else None,
@@ -268,3 +338,12 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
     results["table"] = table
     return results
+
+
+def _training_summary(folder: Path) -> dict[str, Any]:
+    """A rung's ``summary.json`` (steps planned and run per stage, ``stopped``: why a stage ended early)."""
+    path = folder / "summary.json"
+    if not path.is_file():
+        return {}
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    return {k: summary[k] for k in ("planned", "steps", "stopped", "stop_reason") if k in summary}
