@@ -354,6 +354,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(f"split: {split} ({_describe_split(args.dataset, split)})")
     print(format_summary(summary))
     print(f"records: {out / 'records.jsonl'}\nsummary: {out / 'summary.json'}")
+    from rolecall.evaluation.report import write_report
+
+    print(f"report: {write_report(out)} (a browser page; `rolecall show {out} --question ID` reads one trajectory)")
     failed = [r for r in result.records if r.failed]
     if failed:
         first = f"{failed[0].id}: {failed[0].error or failed[0].call_error}"

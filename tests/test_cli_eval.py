@@ -99,6 +99,9 @@ def test_eval_overwrite_clears_the_old_records(echo, tmp_path, capsys):
     assert [r["prediction"] for r in records] == ["new", "new"]
     assert json.loads((out / "config.json").read_text())["option"] == ["fixed=new"]
     assert json.loads((out / "summary.json").read_text())["n"] == 2
+    report = (out / "report.html").read_text()  # written at the end of each eval, from the new records
+    table = report.split('<table id="questions">', 1)[1].split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    assert table.count("<tr") == 2 and "report.html" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # one or the other
         main([*_eval(out), "--resume", "--overwrite"])
 
