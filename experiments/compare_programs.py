@@ -48,7 +48,7 @@ COLUMNS = (
     ("tokens", "tokens", "{:.0f}"),
     ("latency_s", "latency s", "{:.1f}"),
     ("success_rate", "success", "{:.2f}"),
-    ("n_errors", "raised", "{:d}"),
+    ("n_errors", "errors", "{:d}"),
 )
 
 logger = logging.getLogger("compare_programs")
@@ -156,8 +156,9 @@ def setup_note(args: Any) -> str:
         "single-question run. *EM 95% CI* is a bootstrap interval over questions: with this few questions, "
         "a gap between two programs that is small beside these intervals is noise. *steps*, *LM calls* and *tokens* "
         "(prompt + completion) are means per question; *success* is the share of questions that ended with a "
-        "non-empty answer and no exception; *raised* "
-        "counts questions whose program raised (recorded and scored as wrong, never dropped).\n\n"
+        "non-empty answer and no exception; *errors* "
+        "counts questions whose program raised or one of whose LM calls failed (recorded and scored as wrong, never "
+        "dropped).\n\n"
         "Rebuild the report: `.venv/bin/python experiments/compare_programs.py --report-only`; "
         "rerun from scratch: add `--fresh`.\n"
     )
