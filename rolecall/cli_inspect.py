@@ -307,7 +307,8 @@ def _print_questions(records: list[Any]) -> None:
     for r in records:
         prediction = clip(r.prediction or "(empty)", 30, one_line=True)
         gold = clip(" | ".join(r.answers), 30, one_line=True)
-        flag = f"  error: {clip(r.error, 60, one_line=True)}" if r.error else ""
+        problem = r.error or r.call_error  # the program raised, or one of its LM calls failed
+        flag = f"  error: {clip(problem, 60, one_line=True)}" if problem else ""
         print(f"{clip(r.id, 40):<{id_w}}{fmt_number(r.em, 0):>4}{fmt_number(r.f1):>6}{r.steps:>7}  "
               f"{prediction:<32}{gold:<32}{flag}".rstrip())  # fmt: skip
 
@@ -319,8 +320,8 @@ def _print_trajectory(record: Any) -> None:
     print(f"gold: {' | '.join(record.answers)}    prediction: {record.prediction or '(empty)'}")
     print(f"EM {fmt_number(record.em, 0)}  F1 {fmt_number(record.f1)}  {record.steps} steps, {record.lm_calls} LM "
           f"calls, {record.prompt_tokens + record.completion_tokens} tokens, {record.latency_s:.2f} s")  # fmt: skip
-    if record.error:
-        print(f"error: {record.error}")
+    if record.error or record.call_error:
+        print(f"error: {record.error or record.call_error}")
     views = step_views(record)
     if not views:
         print("\n(no trajectory recorded)")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -122,3 +123,19 @@ def test_report_writes_run_report_html_or_out(tiny_run, tmp_path, capsys):
     assert str(out) in capsys.readouterr().out
     text = out.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>") and '<table id="questions">' in text
+
+
+def test_a_failed_lm_call_is_shown_as_the_questions_error(tmp_path, capsys):
+    """A question whose LM call failed (the program itself did not raise) says so in the table, the trajectory and the
+    HTML report."""
+    run = tmp_path / "run"
+    run.mkdir()
+    record = {"id": "q1", "question": "who?", "answers": ["x"], "failed_calls": 1,
+              "call_error": "answer: RuntimeError: out of memory"}  # fmt: skip
+    (run / "records.jsonl").write_text(json.dumps(record) + "\n")
+    assert main(["show", str(run)]) == 0
+    assert "error: answer: RuntimeError: out of memory" in capsys.readouterr().out
+    assert main(["show", str(run), "--question", "q1"]) == 0
+    assert "error: answer: RuntimeError: out of memory" in capsys.readouterr().out
+    assert main(["report", str(run)]) == 0
+    assert "out of memory" in (run / "report.html").read_text()

@@ -279,8 +279,8 @@ def _question_html(number: int, record: EvaluationRecord) -> str:
         _kv("gold", " | ".join(record.answers), _OUTPUT_CHARS),
         _kv("prediction", record.prediction or "(empty)", _OUTPUT_CHARS),
     ]
-    if record.error:
-        lines.append(_kv("error", record.error, _OUTPUT_CHARS, "err"))
+    if record.error or record.call_error:
+        lines.append(_kv("error", record.error or record.call_error, _OUTPUT_CHARS, "err"))
     views = step_views(record)
     if views:
         lines.append('<ol class="steps">' + "".join(_step_html(v) for v in views) + "</ol>")
@@ -294,8 +294,8 @@ def _table_html(records: list[EvaluationRecord]) -> str:
     head = "".join(f"<th>{h}</th>" for h in columns)
     rows = []
     for number, r in enumerate(records, start=1):
-        css = "right" if r.em >= 1 else "failed" if r.error or not r.success else ""
-        status = r.error or ("ok" if r.success else "no answer")
+        css = "right" if r.em >= 1 else "failed" if r.failed or not r.success else ""
+        status = r.error or r.call_error or ("ok" if r.success else "no answer")
         prediction = _e(clip(r.prediction, 200)) if r.prediction else '<span class="muted">(empty)</span>'
         cells = [
             f'<td class="n"><a href="#q{number}">{number}</a></td>',
