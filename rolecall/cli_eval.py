@@ -299,12 +299,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         0 (a question that failed is reported, and counted in the summary's errors).
 
     Raises:
-        RolecallError: a bad flag, file or run folder (before anything loads), or every question failed (after the
-            records and the summary are written); ``main`` prints it in one line and exits 1.
+        RolecallError: a bad flag, file or run folder (before anything loads), a record or the summary that could not
+            be written (a full disk; those written before stay, for ``--resume``), or every question failed (after
+            the records and the summary are written); ``main`` prints it in one line and exits 1.
     """
     import dspy
 
     from rolecall.evaluation import evaluate, format_summary
+    from rolecall.evaluation.runner import RECORDS_FILE
     from rolecall.lm.embedded import DEFAULT_LM
     from rolecall.lm.local import LocalLM
     from rolecall.programs.core.calls import with_max_tokens
@@ -340,15 +342,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
         program.lm_kwargs = with_max_tokens(program.lm_kwargs, args.max_tokens)  # the flag beats each role's own
 
     start_run_folder(out, config, overwrite=args.overwrite)
-    with dspy.context(lm=lm), max_tokens_advice(args.max_tokens):
-        result = evaluate(
-            program,
-            examples,
-            num_threads=args.threads,
-            output_dir=out,
-            show_progress=not args.no_progress,
-            resume=args.resume,
-        )
+    try:
+        with dspy.context(lm=lm), max_tokens_advice(args.max_tokens):
+            result = evaluate(
+                program,
+                examples,
+                num_threads=args.threads,
+                output_dir=out,
+                show_progress=not args.no_progress,
+                resume=args.resume,
+            )
+    except OSError as err:  # a full disk or a read-only folder: the records written before the failure stay
+        where = err.filename or out / RECORDS_FILE
+        raise ConfigError(
+            f"could not write {where} ({err.strerror or err}); the records written before it are kept: free space "
+            "(or fix the folder), then rerun with --resume"
+        ) from err
     summary = result.summary
     print(f"{args.program} on {args.dataset} ({len(examples)} questions, {args.retriever} k={args.k})")
     print(f"split: {split} ({_describe_split(args.dataset, split)})")
