@@ -184,6 +184,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from rolecall.lm.embedded import DEFAULT_LM
     from rolecall.lm.local import LocalLM
     from rolecall.optimizers.core import distributed
+    from rolecall.optimizers.core.checkpoint import seed_everything
 
     chain, rl = check_chain(args)
     options = parse_program_options(args.program, args.option)
@@ -214,6 +215,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
         lm = LocalLM(args.model or DEFAULT_LM)
     if "top_k" not in options and "top_k" in option_names(get_program_class(args.program)):
         options["top_k"] = args.k
+    # the new adapters' LoRA A matrices are drawn from torch's RNG: seeded, two compiles of the same settings train
+    # the same weights (and a killed run's resumed steps can be checked against an uninterrupted one)
+    seed_everything(args.seed)
     program = start_program(args, _build_retriever("bm25", corpus, args.k), lm, options)
     if distributed.is_main_process():  # the model loaded: only now is an overwritten run deleted
         start_run_folder(args.out, settings, overwrite=args.overwrite)
