@@ -19,6 +19,7 @@ an idle 2-core machine takes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -38,10 +39,20 @@ from rolecall.demo_steps import (
 from rolecall.errors import ConfigError
 
 if TYPE_CHECKING:  # the CLI reads DemoConfig's defaults before anything heavy loads
+    from rolecall.evaluation.compare import PairedComparison
     from rolecall.optimizers.core.base import WeightOptimizer
     from rolecall.optimizers.core.config import LRSchedule
 
-__all__ = ["DemoConfig", "demo_optimizer", "run_demo", "comparison_table", "ladder_table", "plot_training_curve"]
+__all__ = [
+    "DemoConfig",
+    "demo_optimizer",
+    "run_demo",
+    "comparison_table",
+    "ladder_table",
+    "paired_line",
+    "paired_rungs",
+    "plot_training_curve",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -274,6 +285,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import evaluate
     from rolecall.lm import DEFAULT_LM, LocalLM
+    from rolecall.optimizers.core.checkpoint import seed_everything
     from rolecall.programs import OPERA
     from rolecall.retrievers.bm25 import BM25
 
@@ -282,6 +294,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     world = synthetic_world(seed=config.seed)
     held_out = world.test[: config.eval_questions]
     lm = LocalLM(config.model or DEFAULT_LM)
+    seed_everything(config.seed)  # the adapters' LoRA A matrices: the same demo trains the same weights
     program = OPERA(BM25(world.corpus), lm=lm)
     started = time.perf_counter()
     chain = config.chain
@@ -290,6 +303,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
             program, held_out, num_threads=config.threads, output_dir=out / "before", show_progress=config.show_progress
         )
         columns: list[tuple[str, dict[str, Any]]] = [("prompt-only OPERA", _summary_dict(before))]
+        folders = [out / "before"]
         history: list[dict[str, Any]] = []
         training: dict[str, dict[str, Any]] = {}
         train_seconds = 0.0
@@ -308,12 +322,15 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
                              output_dir=out / ("after" if last else f"after_{name}"),
                              show_progress=config.show_progress)  # fmt: skip
             columns.append((f"{_method_name(chain[: position + 1])} OPERA", _summary_dict(after)))
+            folders.append(out / ("after" if last else f"after_{name}"))
     program.save(out / "program")
     b, a = _summary_dict(before), _summary_dict(after)
     if len(chain) == 1:
         table = comparison_table(b, a, columns[-1][0].removesuffix(" OPERA"))
     else:
         table = ladder_table(columns)
+    paired = paired_rungs([name for name, _ in columns], folders)
+    table += "\n\n" + "\n".join(paired_line(c) for c in paired)
     (out / "table.md").write_text(table + "\n", encoding="utf-8")
     curve = out / "sft" / "loss.png"
     plotted = "sft" in chain and curve.is_file()
@@ -330,6 +347,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         "estimate_minutes": estimate_minutes(config),
         "training": training,
         "columns": [{"name": name, "summary": summary} for name, summary in columns],
+        "paired": [c.to_dict() for c in paired],
         "train_log": history,
         "training_curve": str(curve) if plotted else None,
         "loss_curve": str(out / "sft" / "loss.png") if (out / "sft" / "loss.png").is_file() else None,
@@ -338,6 +356,34 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
     results["table"] = table
     return results
+
+
+def paired_rungs(names: list[str], folders: list[Path]) -> list[PairedComparison]:
+    """Each rung judged against the rung before it on the same held-out questions (:mod:`rolecall.evaluation.compare`:
+    won / lost, paired bootstrap interval, McNemar's exact p)."""
+    from rolecall.evaluation.compare import compare_runs
+
+    judged = []
+    for i in range(1, len(folders)):
+        c = compare_runs(folders[i - 1], folders[i])
+        judged.append(dataclasses.replace(c, name_a=names[i - 1], name_b=names[i]))
+    return judged
+
+
+def paired_line(c: PairedComparison) -> str:
+    """One line under the table: ``B vs A: won W, lost L, tied T; EM +d (paired 95% CI lo .. hi), McNemar p``.
+
+    Example:
+        >>> from rolecall.evaluation.compare import paired_comparison
+        >>> c = paired_comparison({"a": 0.0, "b": 1.0}, {"a": 1.0, "b": 1.0}, names=("SFT", "SFT + MAPGRPO"))
+        >>> paired_line(c)[:60]
+        'SFT + MAPGRPO vs SFT on 2 questions: won 1, lost 0, tied 1; '
+    """
+    return (
+        f"{c.name_b} vs {c.name_a} on {c.n} questions: won {c.won}, lost {c.lost}, tied {c.tied}; "
+        f"EM {100 * c.em_diff:+.1f} (paired 95% CI {100 * c.ci_low:+.1f} .. {100 * c.ci_high:+.1f}), "
+        f"McNemar p = {c.p_value:.3g}"
+    )
 
 
 def _training_summary(folder: Path) -> dict[str, Any]:

@@ -136,6 +136,10 @@ def test_the_sft_then_mapgrpo_demo_on_a_tiny_model(tmp_path, tiny_model, smollm_
     results = run_demo(config)
     assert [c["name"] for c in results["columns"]] == ["prompt-only OPERA", "SFT OPERA", "SFT + MAPGRPO OPERA"]
     assert "| metric | prompt-only OPERA | SFT OPERA | SFT + MAPGRPO OPERA | change |" in results["table"]
+    # under the table, each rung judged against the one before on the same 2 questions
+    assert "SFT OPERA vs prompt-only OPERA on 2 questions: won " in results["table"]
+    assert "SFT + MAPGRPO OPERA vs SFT OPERA on 2 questions: won " in results["table"]
+    assert [(p["name_a"], p["n"]) for p in results["paired"]] == [("prompt-only OPERA", 2), ("SFT OPERA", 2)]
     for sub in ("before", "after_sft", "after"):
         assert (tmp_path / "run" / sub / "records.jsonl").is_file()
     assert results["loss_curve"] and results["training_curve"].endswith("training_curve.png")
