@@ -112,14 +112,10 @@ def _check_saved_files(folder: Path, cls: type) -> None:
     Raises:
         ConfigError: ``program.json`` does not describe a program of ``cls``, or an adapter file is damaged.
     """
-    from rolecall.lm.adapter_files import check_adapter_folder
-    from rolecall.programs.core.saving import ADAPTER_DIR, STATE_FILE, load_program, read_payload
+    from rolecall.programs.core.saving import STATE_FILE, check_saved_adapters, load_program
 
     try:
-        adapters = read_payload(folder).get("adapters", {})
-        for role, name in sorted(adapters.items()):
-            path = folder / ADAPTER_DIR / name
-            check_adapter_folder(path if path.is_dir() else folder / ADAPTER_DIR / role)  # format 1: one per role
+        check_saved_adapters(folder)
         load_program(cls, folder)
     except RolecallError as err:
         raise ConfigError(f"--from {folder}: {err}") from None

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rolecall.errors import ConfigError
+from rolecall.utils.paths import check_out_folder
 
 __all__ = [
     "CONFIG_FILE",
@@ -125,13 +126,6 @@ def _shown(name: str, value: Any) -> str:
 
 
 # -------------------------------------------------------------------------------------------------- the run folder
-def _check_out_path(out: Path) -> None:
-    for path in (out, *out.parents):
-        if path.exists() and not path.is_dir():
-            where = "is a file" if path == out else f"lies under the file {path}"
-            raise ConfigError(f"--out {out} {where}; pass a folder (compile writes its program and checkpoints there)")
-
-
 def _entries(out: Path) -> list[str]:
     """The names in ``out`` (none when it does not exist), ``compile_config.json`` alone counting as none: a compile
     that stopped before writing anything else left nothing to lose."""
@@ -159,7 +153,7 @@ def check_run_folder(out: Path, settings: Mapping[str, Any], *, resume: bool, ov
         ConfigError: ``out`` is a file, holds a run this call may not write over, holds another compile, or all the
             checkpoints of one of its optimizers are damaged.
     """
-    _check_out_path(out)
+    check_out_folder(out, "the compiled program and its checkpoints")
     names = _entries(out)
     ours = sorted(set(names) & _WRITTEN)
     if not names:

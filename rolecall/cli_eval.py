@@ -31,7 +31,7 @@ from rolecall.cli import (
     _HelpFormatter,
     _split_of,
 )
-from rolecall.cli_eval_run import check_out_path, check_run_folder, max_tokens_advice, result_settings, start_run_folder
+from rolecall.cli_eval_run import check_run_folder, max_tokens_advice, result_settings, start_run_folder
 from rolecall.errors import ConfigError, RolecallError
 from rolecall.programs.registry import (
     get_program_class,
@@ -40,8 +40,9 @@ from rolecall.programs.registry import (
     program_names,
     saved_program,
 )
+from rolecall.utils.paths import check_out_folder
 
-__all__ = ["add_eval_parser", "check_eval_args", "check_saved_adapters", "load_data", "cmd_eval"]
+__all__ = ["add_eval_parser", "check_eval_args", "load_data", "cmd_eval"]
 
 logger = logging.getLogger("rolecall.cli")
 
@@ -225,23 +226,7 @@ def check_eval_args(args: argparse.Namespace) -> None:
     if args.split == "dev" and args.dataset != "synthetic":
         raise ConfigError(f"--split dev exists only for the synthetic world; {args.dataset} has train, test and all")
     if args.out is not None:
-        check_out_path(args.out)
-
-
-def check_saved_adapters(path: Path) -> None:
-    """Check every adapter folder a saved program names (config and safetensors header) before any model loads.
-
-    Raises:
-        ModelLoadError: ``program.json`` or an adapter file is missing or damaged; the message names the file.
-    """
-    from rolecall.lm.adapter_files import check_adapter_folder
-    from rolecall.programs.core.saving import ADAPTER_DIR, read_payload
-
-    for role, name in (read_payload(path).get("adapters") or {}).items():
-        folder = path / ADAPTER_DIR / str(name)
-        if not folder.is_dir():  # format 1 wrote one folder per role (as load_program reads it)
-            folder = path / ADAPTER_DIR / str(role)
-        check_adapter_folder(folder)
+        check_out_folder(args.out, "the run's records")
 
 
 def load_data(args: argparse.Namespace, split: str) -> tuple[list[Any], list[Any]]:
@@ -310,6 +295,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rolecall.lm.embedded import DEFAULT_LM
     from rolecall.lm.local import LocalLM
     from rolecall.programs.core.calls import with_max_tokens
+    from rolecall.programs.core.saving import check_saved_adapters
     from rolecall.programs.registry import build_program
 
     check_eval_args(args)

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from rolecall.errors import ConfigError
+from rolecall.utils.paths import check_out_folder
 
 __all__ = [
     "CONFIG_FILE",
     "RUN_ONLY_FLAGS",
-    "check_out_path",
     "result_settings",
     "check_run_folder",
     "start_run_folder",
@@ -60,19 +60,6 @@ _FLAGS = {
     "temperature": "--temperature",
     "option": "-o",
 }
-
-
-def check_out_path(out: Path) -> None:
-    """Raise unless ``out`` is a folder or can become one (no file in its place or above it).
-
-    Raises:
-        ConfigError: ``out`` or one of its parents is a file.
-    """
-    for path in (out, *out.parents):
-        if path.exists():
-            if not path.is_dir():
-                raise ConfigError(f"--out {out}: {path} is a file, not a folder; pass a folder for the run's records")
-            return
 
 
 def _path(value: Any) -> str | None:
@@ -177,7 +164,7 @@ def check_run_folder(out: Path, settings: Mapping[str, Any], *, resume: bool, ov
     from rolecall.evaluation.records import read_records
     from rolecall.evaluation.runner import RECORDS_FILE
 
-    check_out_path(out)
+    check_out_folder(out, "the run's records")
     records, config = out / RECORDS_FILE, out / CONFIG_FILE
     has_records = records.is_file() and records.stat().st_size > 0
     if overwrite:

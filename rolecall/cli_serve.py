@@ -84,14 +84,12 @@ def _adapter_folder(path: Path, flag: str) -> Path:
 
 def saved_adapters(directory: Path) -> tuple[dict[str, str], dict[str, Path]]:
     """The role -> adapter map of a saved program directory, and each adapter's folder."""
-    from rolecall.programs.core.saving import ADAPTER_DIR, read_payload
+    from rolecall.programs.core.saving import adapter_folder, read_payload
 
     roles: dict[str, str] = dict(read_payload(directory).get("adapters", {}))
     folders: dict[str, Path] = {}
     for role, name in roles.items():
-        folder = directory / ADAPTER_DIR / name
-        if not folder.is_dir():  # format 1 wrote one folder per role
-            folder = directory / ADAPTER_DIR / role
+        folder = adapter_folder(directory, role, name)
         folders.setdefault(name, _adapter_folder(folder, f"--load {directory} (role {role})"))
     return roles, folders
 

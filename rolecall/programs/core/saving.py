@@ -22,7 +22,16 @@ if TYPE_CHECKING:
     from rolecall.programs.core.program import Program
     from rolecall.retrievers.base import Retriever
 
-__all__ = ["save_program", "load_program", "copy_program", "STATE_FILE", "ADAPTER_DIR", "read_payload"]
+__all__ = [
+    "save_program",
+    "load_program",
+    "copy_program",
+    "STATE_FILE",
+    "ADAPTER_DIR",
+    "adapter_folder",
+    "check_saved_adapters",
+    "read_payload",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +87,26 @@ def read_payload(path: Path) -> dict[str, Any]:
         raise ModelLoadError(f"{file} is not valid JSON ({err}); save the program again") from err
 
 
+def adapter_folder(path: Path, role: str, name: str) -> Path:
+    """The folder of adapter ``name`` (bound to ``role``) in the saved program ``path``: ``adapters/<name>``, or
+    ``adapters/<role>`` for programs of format 1, which wrote one folder per role."""
+    folder = path / ADAPTER_DIR / name
+    return folder if folder.is_dir() else path / ADAPTER_DIR / role
+
+
+def check_saved_adapters(path: Path) -> None:
+    """Check every adapter folder the program saved in ``path`` names (config and safetensors header), without a
+    model.
+
+    Raises:
+        ModelLoadError: ``program.json`` or an adapter file is missing or damaged; the message names the file.
+    """
+    from rolecall.lm.adapter_files import check_adapter_folder
+
+    for role, name in (read_payload(path).get("adapters") or {}).items():
+        check_adapter_folder(adapter_folder(path, role, str(name)))
+
+
 def load_program(cls: type[P], path: Path, *, retriever: Retriever | None = None, lm: dspy.LM | None = None) -> P:
     """Rebuild a program of class ``cls`` from ``path`` (see :meth:`Program.load`)."""
     payload = read_payload(path)
@@ -100,10 +129,7 @@ def load_program(cls: type[P], path: Path, *, retriever: Retriever | None = None
             if role not in program.roles:
                 continue
             if name not in views:
-                folder = path / ADAPTER_DIR / name
-                if not folder.is_dir():  # format 1 wrote one folder per role
-                    folder = path / ADAPTER_DIR / role
-                views[name] = lm.load_adapter(folder, name=name)
+                views[name] = lm.load_adapter(adapter_folder(path, role, name), name=name)
             program.set_role_lm(role, views[name])
     for adapter in payload.get("demo_free_adapters", []):
         if adapter in program.adapter_roles():
