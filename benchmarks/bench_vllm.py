@@ -1,121 +1,202 @@
-"""Rollout throughput on a GPU: offline vLLM, one LoRA per role (``VLLMLM``), against ``LocalLM`` on the same prompts.
+"""vLLM against LocalLM on the same trained program, in one process: evaluation throughput, MAPGRPO step phases,
+and the peak memory of a compile whose rollouts run on the engine.
 
-Needs a CUDA GPU and ``pip install 'rolecall[gpu]'``; on a machine without them it says so and exits 2. Both LMs load
-the same base model (the embedded SmolLM2-135M-Instruct by default) with the same role adapters (``--roles``, each
-with its LoRA B perturbed so no adapter is the identity), and answer the same group-sampling workload in the same
-process: ``--prompts`` role-formatted prompts spread over the roles, ``--group-size`` samples each at temperature 1
-with log-probs (what an RL step's generate phase asks), through ``lm.for_role(role).sample(...)`` from one thread per
-role, as the optimizers call it:
+Run it alone on the machine (it gives both cores to whichever engine is running):
 
-    .venv/bin/python benchmarks/bench_vllm.py                         # 64 prompts x G=8, 4 roles, 128 new tokens
-    .venv/bin/python benchmarks/bench_vllm.py --prompts 256 --group-size 16
+    .venv/bin/python benchmarks/bench_vllm.py --program runs/demo-sft/program
+    # runs/demo-sft/program: `rolecall demo --optimizer sft --out runs/demo-sft` saves the SFT-trained OPERA there
 
-It reports generated tokens/s of each, the vLLM / LocalLM ratio, and the seconds one adapter publish (write + reload)
-takes, in ``benchmarks/results/bench_vllm.json``.
+For each engine in turn (LocalLM first, then vLLM, each loaded alone; vLLM with ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``,
+both cores to its worker):
+
+1. evaluation: the program on ``--questions`` held-out synthetic questions (seed-0 world, test split), greedy, the
+   demo's 24 threads: questions per minute, EM / F1, LM calls and generated tokens; then the two runs are compared
+   question by question (won / lost, paired bootstrap interval of the EM difference, McNemar p);
+2. MAPGRPO on the SFT warm start: one plan step and one analysis step at the same G, seed and inputs, with the time of
+   each phase (``time/generate``, ``time/execute``, ``time/update``, ...) from ``metrics.jsonl``, and the adapter
+   publish cost (vLLM);
+3. peak resident memory of this process plus the engine's processes while step 2 runs (sampled every 0.2 s).
+
+Writes ``benchmarks/results/vllm_cpu.json`` (or the ``--out`` given): each engine's numbers and the vLLM / LocalLM
+ratios. The ratio of evaluation throughput is the figure ``--engine auto`` relies on (``rolecall/lm/engines.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from _common import bench_parser, write_results
-
-SUBJECTS = ["Varn", "Ostrel", "Keldamar", "Thessaly", "Ambrun", "Quillon", "Marrow Fen", "Ilsebeth"]
+from _common import bench_parser, repo_relative, write_results
 
 
-def prompts_for(role: str, count: int) -> list[list[dict[str, str]]]:
-    """``count`` short role prompts (a system line naming the role, a question)."""
-    return [
-        [
-            {"role": "system", "content": f"You are the {role} agent of a multi-hop QA team. Answer briefly."},
-            {"role": "user", "content": f"Question {i}: who founded the company that built {SUBJECTS[i % 8]}?"},
-        ]
-        for i in range(count)
-    ]
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of process ``pid`` and all its descendants."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
-def perturb(lm: Any, role: str, seed: int) -> None:
-    """Give adapter ``role`` small non-zero LoRA B weights, so it is not routed to the base model."""
-    import torch
+class PeakMemory:
+    """Samples the resident memory of this process tree every ``interval`` seconds while entered."""
 
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in lm.backend.model.named_parameters():
-            if f".{role}." in name and "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen).to(p) * 1e-3)
-    lm.backend.mark_updated(role)
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval, self.peak = interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _rss_bytes(os.getpid()))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
-def run_workload(lm: Any, roles: Sequence[str], prompts: int, group: int, max_tokens: int) -> dict[str, float]:
-    """Generate the workload once; returns seconds and generated tokens."""
-    per_role = max(1, prompts // len(roles))
+def _evaluate(program: Any, lm: Any, questions: Sequence[Any], out: Path, threads: int) -> dict[str, Any]:
+    import dspy
 
-    def one(role: str) -> int:
-        groups = lm.for_role(role).sample(prompts_for(role, per_role), n=group, temperature=1.0,
-                                          max_tokens=max_tokens, seed=0, logprobs=True)  # fmt: skip
-        return sum(c.completion_tokens for g in groups for c in g)
+    from rolecall.evaluation import evaluate
 
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=len(roles)) as pool:
-        tokens = sum(pool.map(one, roles))
+    with dspy.context(lm=lm):
+        result = evaluate(program, questions, num_threads=threads, output_dir=out, show_progress=True)
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "tokens": float(tokens), "tokens_per_s": tokens / seconds}
+    summary = result.summary.to_dict() if hasattr(result.summary, "to_dict") else dict(result.summary)
+    return {
+        "seconds": seconds,
+        "questions": len(questions),
+        "questions_per_min": 60.0 * len(questions) / seconds,
+        "em": summary.get("em"),
+        "f1": summary.get("f1"),
+        "lm_calls": summary.get("lm_calls"),
+        "completion_tokens": summary.get("completion_tokens"),
+        "prompt_tokens": summary.get("prompt_tokens"),
+        "generated_tokens_per_s": (summary.get("completion_tokens") or 0.0) * len(questions) / seconds
+        if summary.get("completion_tokens") is not None
+        else None,
+        "records": repo_relative(out),
+    }
+
+
+def _rl_steps(program: Any, world: Any, out: Path, group_size: int, threads: int) -> dict[str, Any]:
+    from rolecall.optimizers import MAPGRPO, MAPGRPOConfig
+
+    optimizer = MAPGRPO(
+        MAPGRPOConfig(
+            group_size=group_size,
+            steps={"plan": 1, "analysis": 1, "rewrite": 0},
+            output_dir=out,
+            seed=0,
+            num_threads=threads,
+            show_progress=False,
+        )
+    )
+    with PeakMemory() as memory:
+        start = time.perf_counter()
+        program.compile(optimizer=optimizer, trainset=world.train)
+        seconds = time.perf_counter() - start
+    steps = {}
+    for line in (out / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        stage = record.get("stage")
+        if stage in ("plan", "analysis") and stage not in steps:
+            steps[stage] = {k: v for k, v in record.items() if k.startswith(("time/", "vllm/", "mismatch/"))}
+            steps[stage]["groups/total"] = record.get("groups/total")
+    return {"seconds": seconds, "steps": steps, "peak_rss_gib": memory.peak / (1 << 30)}
+
+
+def run_engine(engine: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Evaluate and train on one engine, then stop it."""
+    from rolecall.data.synthetic import synthetic_world
+    from rolecall.lm.engines import close_lm, make_lm
+    from rolecall.optimizers.core.checkpoint import seed_everything
+    from rolecall.programs import OPERA
+    from rolecall.retrievers.bm25 import BM25
+
+    world = synthetic_world(seed=0)
+    questions = world.test[: args.questions]
+    started = time.perf_counter()
+    lm = make_lm(args.model, engine=engine)
+    load_s = time.perf_counter() - started
+    retriever = BM25(world.corpus)
+    program = OPERA.load(args.program, retriever=retriever, lm=lm)
+    out: dict[str, Any] = {"engine": type(lm).__name__, "load_s": load_s}
+    out["eval"] = _evaluate(program, lm, questions, work / f"eval-{engine}", args.threads)
+    print(f"{engine}: eval {out['eval']}", flush=True)
+    if not args.skip_rl:
+        seed_everything(0)
+        fresh = OPERA.load(args.program, retriever=retriever, lm=lm)
+        out["mapgrpo"] = _rl_steps(fresh, world, work / f"mapgrpo-{engine}", args.group_size, args.threads)
+        print(f"{engine}: mapgrpo {out['mapgrpo']}", flush=True)
+    close_lm(lm)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = bench_parser(__doc__, "bench_vllm")
-    parser.add_argument("--model", default="embedded:smollm2-135m-instruct", help="base model (default: %(default)s)")
-    parser.add_argument("--roles", default="plan,analysis,rewrite,synthesis", help="adapters (default: %(default)s)")
-    parser.add_argument("--prompts", type=int, default=64, help="prompts in the workload (default: %(default)s)")
-    parser.add_argument("--group-size", type=int, default=8, help="samples per prompt (default: %(default)s)")
-    parser.add_argument("--max-tokens", type=int, default=128, help="new tokens per sample (default: %(default)s)")
-    parser.add_argument(
-        "--rounds", type=int, default=2, help="timed rounds of each, alternating (default: %(default)s)"
-    )
-    args: argparse.Namespace = parser.parse_args(argv)
-
-    import torch
-
-    if not torch.cuda.is_available():
-        print("bench_vllm: no CUDA GPU here; run it on a GPU machine with pip install 'rolecall[gpu]'", file=sys.stderr)
+    parser = bench_parser(__doc__, "vllm_cpu")
+    parser.add_argument("--program", type=Path, required=True, help="a saved SFT-trained OPERA (program.json)")
+    parser.add_argument("--model", default=None, help="base model (default: the embedded SmolLM2)")
+    parser.add_argument("--questions", type=int, default=200, help="held-out questions (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=24, help="concurrent questions (default: %(default)s)")
+    parser.add_argument("--group-size", type=int, default=4, help="MAPGRPO G (default: %(default)s)")
+    parser.add_argument("--engines", default="local,vllm", help="engines in order (default: %(default)s)")
+    parser.add_argument("--skip-rl", action="store_true", help="evaluation only")
+    parser.add_argument("--work", type=Path, default=None, help="run folders (default: a temporary one)")
+    args = parser.parse_args(argv)
+    if not (args.program / "program.json").is_file():
+        print(f"bench_vllm: {args.program} holds no program.json; see --help for how to make one", file=sys.stderr)
         return 2
-    from rolecall.lm import LocalLM
-    from rolecall.lm.vllm import VLLMLM
+    os.environ.pop("ROLECALL_ENGINE", None)
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-vllm-"))
+    results: dict[str, Any] = {"engines": {}}
+    for engine in args.engines.split(","):
+        results["engines"][engine] = run_engine(engine, args, work)
+    engines = results["engines"]
+    if "local" in engines and "vllm" in engines:
+        from rolecall.evaluation.compare import compare_runs, format_comparison
 
-    roles = [r.strip() for r in args.roles.split(",") if r.strip()]
-    lms = {"local": LocalLM(args.model, cache=False, max_batch_rows=256), "vllm": VLLMLM(args.model)}
-    for lm in lms.values():
-        for i, role in enumerate(roles):
-            lm.for_role(role)
-            perturb(lm, role, seed=i)
-    for lm in lms.values():  # warm-up: compile kernels, fill caches
-        run_workload(lm, roles, len(roles), 2, 16)
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in lms}
-    for _ in range(args.rounds):
-        for name, lm in lms.items():
-            runs[name].append(run_workload(lm, roles, args.prompts, args.group_size, args.max_tokens))
-            print(f"{name:>5}: {runs[name][-1]['tokens_per_s']:.0f} tok/s")
-    best = {name: max(r["tokens_per_s"] for r in rs) for name, rs in runs.items()}
-    vllm_lm = lms["vllm"]
-    start = time.perf_counter()
-    perturb(vllm_lm, roles[0], seed=99)  # mark_updated publishes the adapter to vLLM
-    publish_s = time.perf_counter() - start
-    results = {
-        "runs": runs,
-        "tokens_per_s": best,
-        "ratio_vllm_over_local": best["vllm"] / best["local"],
-        "publish_s": publish_s,
-        "gpu": torch.cuda.get_device_name(0),
-    }
-    out = write_results(results, args)
-    print(f"vLLM / LocalLM: {results['ratio_vllm_over_local']:.1f}x; one adapter publish {publish_s:.2f} s -> {out}")
+        local, vllm = engines["local"], engines["vllm"]
+        paired = compare_runs(work / "eval-local", work / "eval-vllm")
+        results["paired_eval"] = {**paired.to_dict(), "text": format_comparison(paired)}
+        ratios = {"eval_questions_per_min": vllm["eval"]["questions_per_min"] / local["eval"]["questions_per_min"]}
+        if "mapgrpo" in local and "mapgrpo" in vllm:
+            for stage in ("plan", "analysis"):
+                a, b = local["mapgrpo"]["steps"].get(stage, {}), vllm["mapgrpo"]["steps"].get(stage, {})
+                for key in ("time/generate", "time/step"):
+                    if a.get(key) and b.get(key):
+                        ratios[f"{stage}/{key} local/vllm"] = a[key] / b[key]
+        results["ratios"] = ratios
+        print(json.dumps(ratios, indent=2))
+        print(results["paired_eval"]["text"])
+    path = write_results(results, args)
+    print(f"wrote {path}")
     return 0
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # vLLM starts its engine in a spawned process, which imports this file again
     sys.exit(main())

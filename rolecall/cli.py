@@ -30,6 +30,7 @@ from typing import Any
 from rolecall.data.corpus import DEV_SUBSET_FILES, dev_subset_path
 from rolecall.demo import DemoConfig
 from rolecall.errors import ConfigError, RolecallError
+from rolecall.lm.engines import add_engine_argument
 from rolecall.utils.logs import quiet_repeated_warnings
 
 __all__ = ["main", "build_parser"]
@@ -102,6 +103,7 @@ def _add_demo_parser(sub: Any) -> None:
     p.add_argument("--threads", type=int, default=DemoConfig.threads,
                    help="concurrent questions; LM calls batch (default %(default)s)")  # fmt: skip
     p.add_argument("--model", default=None, help="LM name or local path (default: embedded SmolLM2-135M-Instruct)")
+    add_engine_argument(p)
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<timestamp>)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_common(p)
@@ -201,6 +203,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         threads=args.threads,
         out=args.out,
         model=args.model,
+        engine=args.engine,
         show_progress=not args.no_progress,
     )
     rungs = {"sft": ("SFT", config.planned_sft_steps), "mapgrpo": ("MAPGRPO", config.planned_rl_steps)}

@@ -11,6 +11,7 @@ from typing import Any
 from rolecall.cli import DEFAULT_DATA_PATHS, _add_common, _build_retriever, _existing, _HelpFormatter, _split_of
 from rolecall.cli_compile_checks import check_from, check_numbers
 from rolecall.errors import ConfigError
+from rolecall.lm.engines import add_engine_argument
 from rolecall.programs.registry import get_program_class, option_names, parse_program_options, program_names
 
 __all__ = [
@@ -157,6 +158,7 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=5, help="the program's top_k and the retriever's default k (default: 5)")
     p.add_argument("--threads", type=int, default=8, help="questions collected concurrently (default: 8)")
     p.add_argument("--model", default=None, help="LM name or local path (default: embedded SmolLM2-135M-Instruct)")
+    add_engine_argument(p)
     p.add_argument("--served-url", default=None, metavar="URL",
                    help="generate rollouts on this OpenAI-compatible server (rolecall serve, vllm serve "
                    "--enable-lora) serving the same --model; training stays local, each step's adapter is loaded "
@@ -182,7 +184,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     )
     from rolecall.data.synthetic import synthetic_world
     from rolecall.lm.embedded import DEFAULT_LM
-    from rolecall.lm.local import LocalLM
+    from rolecall.lm.engines import make_lm
     from rolecall.optimizers.core import distributed
     from rolecall.optimizers.core.checkpoint import seed_everything
 
@@ -212,7 +214,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
         lm = ServedLM(args.served_url, args.model or DEFAULT_LM)
     else:
-        lm = LocalLM(args.model or DEFAULT_LM)
+        lm = make_lm(args.model, engine=args.engine)
     if "top_k" not in options and "top_k" in option_names(get_program_class(args.program)):
         options["top_k"] = args.k
     # the new adapters' LoRA A matrices are drawn from torch's RNG: seeded, two compiles of the same settings train

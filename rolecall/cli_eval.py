@@ -33,6 +33,7 @@ from rolecall.cli import (
 )
 from rolecall.cli_eval_run import check_run_folder, max_tokens_advice, result_settings, start_run_folder
 from rolecall.errors import ConfigError, RolecallError
+from rolecall.lm.engines import add_engine_argument
 from rolecall.programs.registry import (
     get_program_class,
     option_names,
@@ -149,6 +150,7 @@ def add_eval_parser(sub: Any) -> None:
         metavar="NAME_OR_PATH",
         help="LM name or local path (default: the embedded SmolLM2-135M-Instruct)",
     )
+    add_engine_argument(model)
     model.add_argument(
         "--max-tokens",
         type=int,
@@ -292,8 +294,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from rolecall.evaluation import evaluate, format_summary
     from rolecall.evaluation.runner import RECORDS_FILE
-    from rolecall.lm.embedded import DEFAULT_LM
-    from rolecall.lm.local import LocalLM
+    from rolecall.lm.engines import make_lm
     from rolecall.programs.core.calls import with_max_tokens
     from rolecall.programs.core.saving import check_saved_adapters
     from rolecall.programs.registry import build_program
@@ -317,7 +318,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if getattr(program_cls, "uses_retriever", True)
         else None
     )
-    lm = LocalLM(args.model or DEFAULT_LM, temperature=args.temperature, max_tokens=args.max_tokens or 256)
+    lm = make_lm(args.model, engine=args.engine, temperature=args.temperature, max_tokens=args.max_tokens or 256)
     if args.load is not None:
         program = program_cls.load(args.load, retriever=retriever, lm=lm)
     else:

@@ -12,6 +12,7 @@ from typing import Any
 
 from rolecall.cli import _add_common, _HelpFormatter
 from rolecall.errors import ConfigError, ModelLoadError
+from rolecall.lm.engines import add_engine_argument
 
 __all__ = ["add_serve_parser", "cmd_serve", "parse_adapter_flags", "saved_adapters"]
 
@@ -48,6 +49,7 @@ def add_serve_parser(sub: Any) -> None:
                    help="the base model's name in requests (default: the model's short name)")  # fmt: skip
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
                    help="weights' dtype; auto: bf16 on native-bf16 hardware (default: %(default)s)")  # fmt: skip
+    add_engine_argument(p)
     p.add_argument("--max-batch-rows", type=int, default=32, metavar="N",
                    help="most sample rows decoded together (default: %(default)s)")  # fmt: skip
     _add_common(p)
@@ -108,8 +110,7 @@ def _bind(lm: Any, args: argparse.Namespace) -> Any:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """``rolecall serve``: load the model and adapters, listen, serve until SIGINT / SIGTERM."""
-    from rolecall.lm.embedded import DEFAULT_LM
-    from rolecall.lm.local import LocalLM
+    from rolecall.lm.engines import close_lm, make_lm
 
     if args.max_batch_rows < 1:
         raise ConfigError(f"--max-batch-rows must be >= 1, got {args.max_batch_rows}")
@@ -123,13 +124,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if clash:
             raise ConfigError(f"--adapter {clash} clashes with the adapters of --load {args.load}; rename them")
         adapters = {**folders, **adapters}
-    lm = LocalLM(args.model or DEFAULT_LM, dtype=args.dtype, max_batch_rows=args.max_batch_rows, cache=False)
+    lm = make_lm(args.model, engine=args.engine, dtype=args.dtype, max_batch_rows=args.max_batch_rows, cache=False)
     try:
         for name, folder in adapters.items():  # an adapter of another base model: ModelLoadError, one line
             lm.backend.load_adapter(name, folder)
         server = _bind(lm, args)
     except BaseException:
-        lm.backend.batcher.close(timeout=30)  # nothing will be served: stop the batcher's thread
+        close_lm(lm)  # nothing will be served: stop the batcher's thread (and a vLLM engine)
         raise
 
     stop = threading.Event()
@@ -148,6 +149,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         server.shutdown()
         server.server_close()
-        lm.backend.batcher.close(timeout=30)
+        close_lm(lm)
     print("rolecall serve: stopped", file=sys.stderr, flush=True)
     return 0

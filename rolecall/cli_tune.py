@@ -239,9 +239,9 @@ def _program_factory(args: argparse.Namespace, corpus: list[Any], options: dict[
 
                 loaded["lm"] = ServedLM(args.served_url, args.model or DEFAULT_LM)
             else:
-                from rolecall.lm.local import LocalLM
+                from rolecall.lm.engines import make_lm
 
-                loaded["lm"] = LocalLM(args.model or DEFAULT_LM)
+                loaded["lm"] = make_lm(args.model, engine=args.engine)
             loaded["retriever"] = _build_retriever("bm25", corpus, args.k)
         return start_program(args, loaded["retriever"], loaded["lm"], options)
 

@@ -37,6 +37,7 @@ from rolecall.demo_steps import (
     estimate_minutes,
 )
 from rolecall.errors import ConfigError
+from rolecall.lm.engines import ENGINES
 
 if TYPE_CHECKING:  # the CLI reads DemoConfig's defaults before anything heavy loads
     from rolecall.evaluation.compare import PairedComparison
@@ -109,10 +110,15 @@ class DemoConfig:
     """Run directory; default ``runs/<timestamp>``."""
     model: str | None = None
     """LM name or path; default the embedded SmolLM2-135M-Instruct."""
+    engine: str = "auto"
+    """Where the evaluations and MAPGRPO's rollouts generate: ``auto``, ``local`` or ``vllm``
+    (:mod:`rolecall.lm.engines`); the updates run in torch either way."""
     show_progress: bool = True
     """Progress bars."""
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigError(f"engine (--engine) must be one of {list(ENGINES)}; got {self.engine!r}")
         if self.optimizer not in CHAINS:
             raise ConfigError(f"optimizer (--optimizer) must be one of {list(CHAINS)}; got {self.optimizer!r}")
         baseline = " (a MAPGRPO group needs c_best and a sample for its baseline)"
@@ -284,7 +290,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
 
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import evaluate
-    from rolecall.lm import DEFAULT_LM, LocalLM
+    from rolecall.lm.engines import make_lm
     from rolecall.optimizers.core.checkpoint import seed_everything
     from rolecall.programs import OPERA
     from rolecall.retrievers.bm25 import BM25
@@ -293,7 +299,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     world = synthetic_world(seed=config.seed)
     held_out = world.test[: config.eval_questions]
-    lm = LocalLM(config.model or DEFAULT_LM)
+    lm = make_lm(config.model, engine=config.engine)
     seed_everything(config.seed)  # the adapters' LoRA A matrices: the same demo trains the same weights
     program = OPERA(BM25(world.corpus), lm=lm)
     started = time.perf_counter()

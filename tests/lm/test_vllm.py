@@ -1,4 +1,5 @@
-"""The vLLM backend: request -> SamplingParams mapping everywhere; the engine itself only where vLLM and a GPU are."""
+"""The vLLM backend: request -> SamplingParams mapping everywhere; the GPU path of the engine where a GPU is (the
+CPU engine: tests/lm/test_vllm_engine.py)."""
 
 from __future__ import annotations
 
@@ -37,15 +38,15 @@ def test_greedy_requests_ignore_top_p_and_ask_no_logprobs():
 def test_without_vllm_the_error_names_the_install_command():
     from rolecall.lm.vllm import VLLMLM
 
-    with pytest.raises(ImportError, match=r"pip install 'rolecall\[gpu\]'"):
+    with pytest.raises(ImportError, match=r"make setup"):
         VLLMLM()
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (pip install 'rolecall[gpu]', GPU machines only)")
-def test_vllm_greedy_rollouts_follow_each_training_step():
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (`make setup` installs it)")
+def test_vllm_greedy_rollouts_follow_each_training_step_on_a_gpu():
     if not _has_cuda():
-        pytest.skip("no CUDA GPU on this machine: vLLM runs on GPUs only")
+        pytest.skip("no CUDA GPU here: this is the GPU path (tests/lm/test_vllm_engine.py runs the CPU engine)")
     import torch
 
     from rolecall.lm.vllm import VLLMLM
@@ -62,3 +63,4 @@ def test_vllm_greedy_rollouts_follow_each_training_step():
     lm.backend.mark_updated("plan")  # what the trainer calls after a step: the adapter is published to vLLM
     assert plan.sample(messages, max_tokens=12)[0].text != before
     assert lm.publisher.stats["pushes"] >= 2
+    lm.close_engine()
