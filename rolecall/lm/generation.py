@@ -41,7 +41,9 @@ class GenerationRequest:
         max_tokens: token budget of each completion.
         stop: strings that end a completion; the text is cut before the first one.
         seed: seeds this request's own sampler, so its samples do not depend on what else is in the batch.
-        logprobs: return the log-probability of each generated token under the model (temperature 1, no top-p).
+        logprobs: return the log-probability of each generated token under the distribution it was drawn from:
+            ``log_softmax(logits / temperature)`` (raw logits when greedy; top-p is not applied), as vLLM's
+            ``logprobs_mode="processed_logprobs"`` reports it; what the trainer's temperature-scaled forward compares.
         adapter: LoRA adapter name, or None for the base model.
         prefix_group: requests of one group share their common prompt prefix's prefill (default: the adapter name;
             the backend keeps a role's group when it runs an untrained adapter as the base model).
@@ -138,16 +140,18 @@ def make_rows(requests: Sequence[GenerationRequest], adapters: Sequence[str], id
 
 def sample_step(tokenizer, rows: Sequence[_Row], logits: torch.Tensor, eos: set[int]) -> list[int]:
     """Pick each row's next token from ``logits`` (one row of logits per row), append it, and mark rows that finish
-    (EOS, a stop string or the token budget). Returns the sampled tokens."""
-    logprobs = torch.log_softmax(logits, dim=-1) if any(r.want_logprobs for r in rows) else None
-    next_tokens = []
-    for b, row in enumerate(rows):
-        tok = _sample(logits[b].cpu(), row)
-        next_tokens.append(tok)
+    (EOS, a stop string or the token budget). Returns the sampled tokens.
+
+    A row that wants log-probs records its token's log-prob under the distribution it was sampled from,
+    ``log_softmax(logits / temperature)`` in fp32 (the raw logits when greedy), as the trainer's forward computes it
+    with ``TrainerConfig.temperature``."""
+    next_tokens = [_sample(logits[b].cpu(), row) for b, row in enumerate(rows)]
+    logprobs = _sampled_logprobs(rows, logits, next_tokens) if any(r.want_logprobs for r in rows) else None
+    for b, (row, tok) in enumerate(zip(rows, next_tokens, strict=True)):
         # EOS stays in token_ids (a trained policy must learn to stop); decoding drops it from the text
         row.token_ids.append(tok)
         if logprobs is not None and row.want_logprobs:
-            row.logprobs.append(float(logprobs[b, tok]))
+            row.logprobs.append(logprobs[b])
         if tok in eos:
             row.finish_reason = "stop"
             continue
@@ -155,6 +159,13 @@ def sample_step(tokenizer, rows: Sequence[_Row], logits: torch.Tensor, eos: set[
         if row.finish_reason is None and len(row.token_ids) >= row.max_tokens:
             row.finish_reason = "length"
     return next_tokens
+
+
+def _sampled_logprobs(rows: Sequence[_Row], logits: torch.Tensor, tokens: Sequence[int]) -> list[float]:
+    """log_softmax(logits / T)[token] of each row (T = 1 for greedy rows), in fp32."""
+    scale = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in rows], device=logits.device)
+    picked = torch.tensor(tokens, device=logits.device)[:, None]
+    return torch.log_softmax(logits.float() / scale[:, None], dim=-1).gather(-1, picked)[:, 0].tolist()
 
 
 def to_completion(tokenizer, row: _Row, prompt_tokens: int) -> Completion:

@@ -24,6 +24,7 @@ single-stage baseline that trains all roles at once from the same start.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
@@ -126,6 +127,7 @@ class MAPGRPO(WeightOptimizer):
                 grpo_loss_type=cfg.loss_type,
                 max_completion_length=cfg.max_completion_length,
                 temperature=cfg.temperature,
+                tis_cap=cfg.tis_cap,
                 ref_adapter=ref_adapter,
             )
             stages.append(Stage(name=role, adapter=adapter, steps=cfg.steps[role], trainer=trainer,
@@ -219,7 +221,6 @@ class MAPGRPO(WeightOptimizer):
         components: dict[str, list[float]] = {}
         skipped = flat_below = 0
         name = ctx.stage.adapter
-        reuse = cfg.num_iterations > 1  # pi_old must be the sampler's policy only when a batch is trained on twice
         for item_msgs, comps, (cand, expert, expert_out) in zip(messages, groups, scored, strict=True):
             rewards = [r for r, _ in cand]
             rewards_all += rewards
@@ -238,10 +239,10 @@ class MAPGRPO(WeightOptimizer):
                 skipped += 1  # equal rewards (skip_groups decides whether c_best's counts): no forward pass for them
             else:
                 for c, adv in zip(comps, advantages[: len(comps)].tolist(), strict=True):  # c_best: no gradient
-                    old = _recorded(c.logprobs, c.token_ids) if reuse else None
+                    # the sampler's log-probs correct the sampler/trainer mismatch (TIS); pi_old is the trainer's own
                     samples.append(TrainingSample(role=role, adapter=name, prompt_ids=prompt_ids,
                                                   completion_ids=c.token_ids, advantage=adv,
-                                                  old_logps=old))  # fmt: skip
+                                                  sampler_logps=_recorded(c.logprobs, c.token_ids)))  # fmt: skip
             if cfg.expert_gradient and expert is not None and expert_out is not None and float(advantages[-1]) != 0:
                 ids = _expert_ids(view, adapter, predictor.signature, expert_out)
                 samples.append(TrainingSample(role=role, adapter=name, prompt_ids=prompt_ids, completion_ids=ids,
@@ -265,8 +266,17 @@ class MAPGRPO(WeightOptimizer):
     def update(self, ctx: StepContext, samples: list[TrainingSample], trainer: Any) -> dict[str, float]:
         """``num_iterations`` passes of GRPO over the step's samples (one optimizer step each); nothing to train on
         when every group was skipped (the trainer is still called: under several processes every process must call
-        it as often, and the main process's samples decide)."""
-        results = [trainer.step(samples) for _ in range(self.mapgrpo_config.num_iterations)]
+        it as often, and the main process's samples decide).
+
+        With several passes, pi_old is the trainer's own forward before the first one (``trainer.policy_logps``,
+        stored as ``old_logps``), so the first pass's ratio is exactly 1 and the later ones clip against it; the
+        sampler's log-probs only weigh the advantages (truncated importance sampling, ``tis_cap``)."""
+        iterations = self.mapgrpo_config.num_iterations
+        if iterations > 1 and samples:
+            olds = trainer.policy_logps(samples)
+            samples = [dataclasses.replace(s, old_logps=old) if s.completion_ids else s
+                       for s, old in zip(samples, olds, strict=True)]  # fmt: skip
+        results = [trainer.step(samples) for _ in range(iterations)]
         merged = dict(results[-1])
         merged["train/optimizer_steps"] = sum(r.get("train/optimizer_steps", 0.0) for r in results)
         return merged
@@ -340,7 +350,7 @@ def _plans(outputs: Sequence[dict[str, Any] | None]) -> list[list[str]]:
 
 
 def _recorded(logprobs: Any, token_ids: Sequence[int]) -> list[float] | None:
-    """The sampler's per-token log-probs when it recorded one per completion token, else None (recomputed)."""
+    """The sampler's per-token log-probs when it recorded one per completion token, else None (no TIS weight)."""
     if logprobs is None or len(logprobs) != len(token_ids):
         return None
     return [float(v) for v in logprobs]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
@@ -69,8 +70,13 @@ class MAPGRPOConfig:
     groups are counted either way (``groups/flat_below_expert``)."""
     num_iterations: int = 1
     """Optimizer passes over one step's samples (PPO epochs; TRL's ``num_iterations``). With 1, pi_old in the ratio is
-    the detached current policy (exactly on-policy, ratio 1); above 1, the sampler's recorded log-probs are pi_old,
-    so the later passes are clipped against the policy that sampled."""
+    the detached current policy (exactly on-policy, ratio 1); above 1, pi_old is the trainer's own forward before the
+    first pass, so the later passes are clipped against the policy that sampled (never the sampler's log-probs: see
+    ``tis_cap``)."""
+    tis_cap: float | None = 2.0
+    """Truncated importance sampling of the sampler/trainer mismatch (see
+    :attr:`rolecall.optimizers.core.config.TrainerConfig.tis_cap`): each token's advantage is weighted by
+    ``min(exp(log pi_old - log pi_sampler), tis_cap)``; None disables it."""
     expert_samples: int = 4
     """Extra samples drawn to pick c_best when ``expert="best_of_n"``."""
     execute_plans: bool = True
@@ -122,6 +128,9 @@ class MAPGRPOConfig:
             raise ConfigError(f"num_iterations must be an integer >= 1, got {self.num_iterations!r}")
         if self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
+        if self.tis_cap is not None and not (isinstance(self.tis_cap, (int, float)) and 0 < self.tis_cap < math.inf):
+            raise ConfigError(f"tis_cap must be a finite number > 0 (2.0 is usual) or None (no correction), got "
+                              f"{self.tis_cap!r}")  # fmt: skip
         if self.resume and self.output_dir is None:
             raise ConfigError("resume=True needs output_dir (where the checkpoint of the killed run lives)")
         for name in ("steps", "learning_rate", "beta"):

@@ -79,6 +79,24 @@ def test_logprobs_match_forward_pass(tiny_model, smollm_tokenizer):
         torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
 
 
+def test_logprobs_are_under_the_distribution_each_row_was_sampled_from(tiny_model, smollm_tokenizer):
+    """log_softmax(logits / T) of the sampled token, per row of one mixed batch (greedy rows: the raw logits), as
+    vLLM's processed log-probs: what the trainer's forward at the sampling temperature compares (issue 53)."""
+    ids = _prompt(smollm_tokenizer, PROMPTS[0])
+    temperatures = (0.7, 0.0, 1.3)
+    reqs = [GenerationRequest(ids, n=2 if t else 1, temperature=t, max_tokens=6, seed=3, logprobs=True)
+            for t in temperatures]  # fmt: skip
+    for t, outs in zip(temperatures, generate_batch(tiny_model, smollm_tokenizer, reqs), strict=True):
+        for c in outs:
+            with torch.no_grad():
+                logits = tiny_model(torch.tensor([ids + c.token_ids])).logits[0, len(ids) - 1 : -1].float()
+            expected = torch.log_softmax(logits / (t or 1.0), -1).gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
+            torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
+            if t:  # not the temperature-1 values the sampler used to report
+                raw = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
+                assert (torch.tensor(c.logprobs) - raw).abs().max() > 1e-3
+
+
 def test_top_p_tiny_keeps_only_argmax(tiny_model, smollm_tokenizer):
     ids = _prompt(smollm_tokenizer, PROMPTS[2])
     greedy = generate_batch(tiny_model, smollm_tokenizer, [GenerationRequest(ids, max_tokens=6)])[0][0]

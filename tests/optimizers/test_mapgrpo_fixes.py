@@ -154,7 +154,7 @@ def test_pi_old_is_the_current_policy_unless_a_batch_is_reused(
     world, tiny_model, smollm_tokenizer, tmp_path, monkeypatch, num_iterations
 ):
     """One update per batch: no recorded pi_old (the ratio is exactly 1, not bf16 sampler noise around it).
-    ``num_iterations=2``: the sampler's log-probs are pi_old and the batch is trained on twice."""
+    ``num_iterations=2``: pi_old is the trainer's own forward before the first pass; the batch trains twice."""
     lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=8)
     program = OPERA(BM25(world.corpus), lm=lm, max_steps=1, max_rewrites=0)
     # rewards that differ within a group (a random model's plans never parse, so real rewards would all be 0)

@@ -69,6 +69,13 @@ class TrainerConfig:
     """``"dr_grpo"`` only: the generation budget in the normalizer B * max_completion_length."""
     temperature: float = 1.0
     """Logits are divided by it before the log-softmax; set it to the sampling temperature for GRPO/OPD ratios."""
+    tis_cap: float | None = 2.0
+    """GRPO and token_advantage: truncated importance sampling (TIS) of the sampler/trainer mismatch, as verl's
+    ``tis_imp_ratio_cap`` and TRL's ``vllm_importance_sampling_cap`` do. Each token whose sample has
+    ``sampler_logps`` weighs its advantage by ``min(exp(log pi_old - log pi_sampler), tis_cap)`` (detached; pi_old is
+    the trainer's own forward): the samples were drawn by an engine (vLLM, the KV-cache decoder) whose numerics differ
+    from the trainer's, and the weight corrects for it, truncated so that one token cannot dominate. None disables
+    the correction (the mismatch metrics are still logged); must be > 0."""
     share_prompt_prefix: bool = True
     """GRPO / token_advantage: micro-batches hold the completions of one prompt together, and a micro-batch whose
     rows share their prompt encodes it once (its KV cache repeated over the rows) instead of once per row."""
@@ -96,6 +103,8 @@ class TrainerConfig:
                 raise ConfigError(f"{name} must be an integer >= 1; got {value!r}.")
         if self.max_grad_norm is not None:
             _positive("max_grad_norm", self.max_grad_norm)
+        if self.tis_cap is not None:
+            _positive("tis_cap", self.tis_cap, " (2.0 is usual) or None (no correction)")
         if not (math.isfinite(self.kl_beta) and self.kl_beta >= 0):
             raise ConfigError(f"kl_beta must be >= 0 (0.0 disables the KL term); got {self.kl_beta}.")
         if not 0 <= self.epsilon < 1:
@@ -119,6 +128,6 @@ class TrainerConfig:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
 
 
-def _positive(name: str, value: float) -> None:
+def _positive(name: str, value: float, hint: str = "") -> None:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ConfigError(f"{name} must be a finite number > 0; got {value!r}.")
+        raise ConfigError(f"{name} must be a finite number > 0{hint}; got {value!r}.")

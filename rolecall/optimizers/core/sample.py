@@ -48,7 +48,13 @@ class TrainingSample:
     rejected_loss_mask: list[int] | None = None
     """DPO: the loss mask of ``rejected_ids``; None means all ones."""
     old_logps: list[float] | None = None
-    """Per completion token log pi_old recorded at sampling time; None recomputes them (on-policy)."""
+    """Per completion token log pi_old: the trainer's own log-probs before this batch's first update (see
+    ``AdapterTrainer.policy_logps``), for a batch trained on more than once; None uses the current forward's, detached
+    (on-policy: the ratio is exactly 1). Never the sampler's values: those go to ``sampler_logps``."""
+    sampler_logps: list[float] | None = None
+    """Per completion token log-prob the sampling engine reported for the token it drew (under the distribution it
+    drew from: logits over the sampling temperature). The trainer compares them with pi_old to correct the
+    sampler/trainer mismatch by truncated importance sampling (``TrainerConfig.tis_cap``); None: no correction."""
     ref_logps: list[float] | None = None
     """Per completion token log pi_ref; None lets the trainer compute them (adapter disabled)."""
     rejected_ref_logps: list[float] | None = None
@@ -69,6 +75,7 @@ class TrainingSample:
             self.advantage = float(self.advantage)
         _check_length("token_advantages", self.token_advantages, n)
         _check_length("old_logps", self.old_logps, n)
+        _check_length("sampler_logps", self.sampler_logps, n)
         _check_length("ref_logps", self.ref_logps, n)
         if self.rejected_ids is None:
             for name in ("rejected_loss_mask", "rejected_ref_logps"):

@@ -8,6 +8,16 @@ loss normalized over the whole step (token-mean losses divide by the step's targ
 gradient norm and steps. The reference policy (DPO, the GRPO KL) is the base model with adapters disabled, or
 ``config.ref_adapter``. The updated adapter serves generation at once: every role view shares the model object.
 
+Sampler/trainer mismatch (GRPO, token_advantage), as TRL and verl handle it. pi_old in the clipped ratio is always the
+trainer's own forward: the current one, detached (one update per batch: the ratio is exactly 1), or for a batch
+trained on several times the ``old_logps`` that :meth:`AdapterTrainer.policy_logps` computed before its first update.
+The sampling engine's log-probs (``TrainingSample.sampler_logps``; vLLM or the KV-cache decoder, whose numerics differ
+from the training forward) never enter the ratio: they weigh each token's advantage by the truncated importance
+weight ``min(exp(log pi_old - log pi_sampler), config.tis_cap)`` (detached), and the step logs the mismatch:
+``mismatch/abs_logp`` (token mean of ``|log pi_old - log pi_sampler|``), ``mismatch/ratio_min`` and
+``mismatch/ratio_max`` (of ``exp(log pi_old - log pi_sampler)`` before truncation), ``mismatch/tis_clipped`` (fraction
+of tokens whose weight was capped) and ``tokens/sampler`` (the tokens compared).
+
 Data-parallel updates. Under a multi-process launch (``accelerate launch --multi_gpu --num_processes W``; see
 :mod:`rolecall.optimizers.core.distributed`) every process holds the whole model and runs the same loop:
 
@@ -57,6 +67,12 @@ _BACKWARD_LOSS = "_backward_loss"
 """The key this process's summed backward loss travels under when the step's metrics are summed over processes."""
 MAX_SHARED_ROWS = 16
 """Most completions of one prompt in one shared-prefix micro-batch (they add only their completion tokens)."""
+_MIN_KEYS = frozenset({"ratio/min", "mismatch/ratio_min"})
+"""Metrics that merge over micro-batches, processes and optimizer steps by their minimum."""
+_MAX_KEYS = frozenset({"ratio/max", "mismatch/ratio_max"})
+"""Metrics that merge by their maximum."""
+_SAMPLER_MEANS = ("mismatch/abs_logp", "mismatch/tis_clipped")
+"""Token means over the tokens with sampler log-probs: weighted by ``tokens/sampler`` when merged into a step."""
 
 
 class AdapterTrainer:
@@ -130,8 +146,11 @@ class AdapterTrainer:
         Returns:
             Flat metrics averaged over the optimizer steps: the loss's own (``loss/nll``, ``loss/dpo``,
             ``rewards/margins``, ``clip/frac``, ...), ``loss/total``, ``grad/norm`` (before clipping), ``grad/clipped``
-            (fraction of steps clipped), ``lr``; summed: ``tokens/loss`` (target tokens), ``tokens/total`` (real
-            prompt + completion tokens), ``train/samples``, ``train/optimizer_steps``, ``train/skipped_steps``.
+            (fraction of steps clipped), ``lr``; the sampler/trainer mismatch when some sample has ``sampler_logps``
+            (``mismatch/abs_logp``, ``mismatch/tis_clipped``; ``mismatch/ratio_min`` / ``mismatch/ratio_max`` and
+            ``ratio/min`` / ``ratio/max`` are the minimum / maximum over every step); summed: ``tokens/loss`` (target
+            tokens), ``tokens/total`` (real prompt + completion tokens), ``tokens/sampler`` (tokens with sampler
+            log-probs), ``train/samples``, ``train/optimizer_steps``, ``train/skipped_steps``.
 
         Under several processes every process must call it (as often, in the same order); the main process's
         ``samples`` are the step's on all of them.
@@ -164,24 +183,77 @@ class AdapterTrainer:
             finally:
                 model.eval()
 
+    def policy_logps(self, samples: Sequence[TrainingSample]) -> list[list[float]]:
+        """log pi_theta of every completion token under the adapter as it is now: pi_old for a batch trained on more
+        than once (store them as each sample's ``old_logps`` before the first :meth:`step`).
+
+        The values come from the forward :meth:`step` runs (the same optimizer steps and micro-batches, shared-prompt
+        encoding and ``config.temperature``), without gradient and in eval mode, on the model thread under the
+        backend's lock, so the first step's ratio is exactly 1 on one process.
+
+        Args:
+            samples: Samples of this trainer's adapter, as they will be passed to :meth:`step`.
+
+        Returns:
+            One list per sample, one value per completion token (0.0 on tokens outside ``loss_mask``; an empty
+            completion gets an empty list).
+
+        Raises:
+            ValueError: If a sample belongs to another adapter or lacks what the loss needs.
+        """
+        samples = list(samples)
+        live = [s for s in samples if s.completion_ids]
+        for s in live:
+            self._check(s)
+        size = self.config.samples_per_step
+        chunks = [live[i : i + size] for i in range(0, len(live), size)]
+        found = self.backend.run_on_model_thread(lambda: self._policy_logps(chunks))
+        return [found[id(s)] if s.completion_ids else [] for s in samples]
+
+    def _policy_logps(self, chunks: list[list[TrainingSample]]) -> dict[int, list[float]]:
+        model = self.backend.model
+        device = next(model.parameters()).device
+        found: dict[int, list[float]] = {}
+        with self.backend.lock, torch.no_grad():
+            model.set_adapter(self.adapter)
+            training = model.training
+            model.eval()
+            try:
+                for chunk in chunks:
+                    for micro in self._micro_batches(self._ordered(chunk)):
+                        logps, _, _, _ = self._policy_forward(model, micro, device)
+                        for i, s in enumerate(micro):
+                            start = len(s.prompt_ids)
+                            found[id(s)] = logps[i, start : start + len(s.completion_ids)].tolist()
+            finally:
+                model.train(training)
+        return found
+
+    def _ordered(self, samples: list[TrainingSample]) -> list[TrainingSample]:
+        """A step's samples in micro-batch order: by prompt for the shared-prefix forward, else by length."""
+        if self._shares_prefix:
+            return sorted(samples, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.completion_ids)))
+        return sorted(samples, key=lambda s: s.num_tokens)
+
+    def _micro_batches(self, samples: list[TrainingSample]) -> list[list[TrainingSample]]:
+        mb = self.config.micro_batch_size
+        return _prompt_groups(samples, mb) if self._shares_prefix else _chunks(samples, mb)
+
     def _optimizer_step(self, model: Any, samples: list[TrainingSample]) -> dict[str, float]:
         device = next(model.parameters()).device
         step_tokens = sum(s.num_loss_tokens + (sum(s.rejected_loss_mask or ()) if self.config.loss == "dpo" else 0)
                           for s in samples)  # fmt: skip
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
+        extremes: dict[str, float] = {}  # the _MIN_KEYS / _MAX_KEYS, merged by min / max
         total_loss = 0.0
-        mb = self.config.micro_batch_size
         # micro-batches of similar length pad less; the step's loss and gradient do not depend on the grouping.
         # RL samples are grouped by prompt first, so a group's completions share one prompt encoding (one micro-batch
         # per group, whatever micro_batch_size: see _prompt_groups)
-        if self._shares_prefix:
-            samples = sorted(samples, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.completion_ids)))
-        else:
-            samples = sorted(samples, key=lambda s: s.num_tokens)
+        samples = self._ordered(samples)
         # several processes: each takes a contiguous shard, normalized over the whole step (see the module docstring)
         mine = samples if self.world_size == 1 else distributed.shard(samples, distributed.rank(), self.world_size)
-        for micro in _prompt_groups(mine, mb) if self._shares_prefix else _chunks(mine, mb):
+        for micro in self._micro_batches(mine):
             loss, metrics = self._micro_batch_loss(model, micro, device, step_tokens)
             share = len(micro) / len(samples)
             if not self.token_normalized:
@@ -189,13 +261,24 @@ class AdapterTrainer:
             loss.backward()
             total_loss += float(loss.detach())
             for key, value in metrics.items():
+                if key in _MIN_KEYS or key in _MAX_KEYS:
+                    pick = min if key in _MIN_KEYS else max
+                    extremes[key] = pick(extremes[key], value) if key in extremes else value
+                    continue
                 # token-normalized loss terms already add up to the step's loss; diagnostics are means: weigh them
+                # (the mismatch means by their tokens: micro-batches without sampler log-probs have none)
                 additive = key.startswith("tokens/") or (self.token_normalized and key.startswith("loss/"))
-                sums[key] = sums.get(key, 0.0) + (value if additive else value * share)
+                weight = metrics["tokens/sampler"] if key in _SAMPLER_MEANS else 1.0 if additive else share
+                sums[key] = sums.get(key, 0.0) + value * weight
         if self.world_size > 1:  # g = sum_r g_r; the step's metrics are the sums of the shards' weighted sums too
             distributed.all_reduce_gradients(self.params)
             sums = distributed.sum_over_processes({**sums, _BACKWARD_LOSS: total_loss})
             total_loss = sums.pop(_BACKWARD_LOSS)
+            extremes = _extremes_over_processes(extremes)
+        sums.update(extremes)
+        for key in _SAMPLER_MEANS:
+            if key in sums:
+                sums[key] /= max(sums.get("tokens/sampler", 0.0), 1.0)
         max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
         skipped = not math.isfinite(grad_norm)
@@ -225,31 +308,43 @@ class AdapterTrainer:
         cfg = self.config
         if cfg.loss == "dpo":
             return self._dpo_loss(model, micro, device)
-        batch = _batch(self.backend.tokenizer, micro, [s.completion_ids for s in micro], [s.loss_mask for s in micro],
-                       device)  # fmt: skip
-        ids, attention, mask = batch["input_ids"], batch["attention_mask"], batch["completion_mask"]
-        prompt = micro[0].prompt_ids
-        if self._shares_prefix and len(micro) > 1 and len(prompt) >= 2 and all(s.prompt_ids == prompt for s in micro):
-            logps = shared_prefix_per_token_logps(model, ids, attention, mask, len(prompt), temperature=cfg.temperature)
-        else:
-            logps = per_token_logps(model, ids, attention, mask, temperature=cfg.temperature)  # (B, T)
+        logps, ids, attention, mask = self._policy_forward(model, micro, device)  # (B, T)
         weights = torch.tensor([s.weight for s in micro], dtype=logps.dtype, device=device)  # (B,)
         if cfg.loss == "nll":
             return self.loss_fn(logps, mask, weights=weights, num_tokens=step_tokens)
-        old = _aligned(micro, [s.old_logps for s in micro], logps.detach(), mask)  # (B, T), recorded or on-policy
+        old = _aligned(micro, [s.old_logps for s in micro], logps.detach(), mask)  # (B, T), pi_old: the trainer's own
         advantages = _aligned(micro, [s.per_token_advantages() for s in micro], torch.zeros_like(logps), mask)
         advantages = advantages * weights[:, None]  # w * min(rA, clip(r)A) = min(r wA, clip(r) wA) for w >= 0
+        tis, mismatch = _importance_weights(micro, old, mask, cfg.tis_cap)
+        if tis is not None:
+            advantages = advantages * tis  # the same identity: the TIS weight is >= 0 and detached
         if cfg.loss == "token_advantage":
-            return self.loss_fn(logps, old, advantages, mask, cfg.epsilon, epsilon_high=cfg.clip_high,
-                                num_tokens=step_tokens)  # fmt: skip
+            loss, metrics = self.loss_fn(logps, old, advantages, mask, cfg.epsilon, epsilon_high=cfg.clip_high,
+                                         num_tokens=step_tokens)  # fmt: skip
+            return loss, {**metrics, **mismatch}
         ref = None
         if cfg.kl_beta > 0:
             ref = self._reference(model, micro, [s.ref_logps for s in micro], ids, attention, mask)
-        return self.loss_fn(
+        loss, metrics = self.loss_fn(
             logps, old, advantages, mask, ref_per_token_logps=ref, beta=cfg.kl_beta, epsilon_low=cfg.epsilon,
             epsilon_high=cfg.clip_high, loss_type=cfg.grpo_loss_type, max_completion_length=cfg.max_completion_length,
             num_tokens=step_tokens if cfg.grpo_loss_type == "dapo" else None,
         )  # fmt: skip
+        return loss, {**metrics, **mismatch}
+
+    def _policy_forward(
+        self, model: Any, micro: list[TrainingSample], device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """log pi_theta of the micro-batch's completion tokens, (B, T), with the batch's ids, attention and mask."""
+        batch = _batch(self.backend.tokenizer, micro, [s.completion_ids for s in micro], [s.loss_mask for s in micro],
+                       device)  # fmt: skip
+        ids, attention, mask = batch["input_ids"], batch["attention_mask"], batch["completion_mask"]
+        prompt, temperature = micro[0].prompt_ids, self.config.temperature
+        if self._shares_prefix and len(micro) > 1 and len(prompt) >= 2 and all(s.prompt_ids == prompt for s in micro):
+            logps = shared_prefix_per_token_logps(model, ids, attention, mask, len(prompt), temperature=temperature)
+        else:
+            logps = per_token_logps(model, ids, attention, mask, temperature=temperature)
+        return logps, ids, attention, mask
 
     def _dpo_loss(
         self, model: Any, micro: list[TrainingSample], device: torch.device
@@ -369,11 +464,63 @@ def _aligned(
     return torch.where(mask.bool(), out, torch.zeros_like(out))
 
 
-def _merge(results: list[dict[str, float]]) -> dict[str, float]:
-    """Sums the counters over optimizer steps and averages the rest."""
-    summed = ("tokens/", "train/")
+def _importance_weights(
+    rows: list[TrainingSample], old: torch.Tensor, mask: torch.Tensor, cap: float | None
+) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """The truncated importance weights ``min(exp(old - sampler), cap)`` per token, (B, T) and detached (1 where a
+    sample has no ``sampler_logps``, and everywhere when ``cap`` is None: then None), and the mismatch metrics.
+
+    Worked example: old = [-1.0, -2.0], sampler = [-1.5, -1.0], cap 2: ratios exp([0.5, -1]) = [1.6487, 0.3679],
+    weights [1.6487, 0.3679]; ``mismatch/abs_logp`` 0.75, ``mismatch/ratio_max`` 1.6487, ``mismatch/tis_clipped`` 0.
+    """
+    recorded = [s.sampler_logps for s in rows]
+    if all(r is None for r in recorded):
+        return None, {}
+    has = torch.tensor([r is not None for r in recorded], device=mask.device)[:, None] & mask.bool()  # (B, T)
+    old = old.detach()
+    sampler = _aligned(rows, recorded, old, mask)  # rows without sampler log-probs: old, so ratio 1
+    log_ratio = torch.where(has, old - sampler, torch.zeros_like(old))
+    ratio = torch.exp(log_ratio)
+    weights = None if cap is None else torch.where(has, ratio.clamp(max=cap), torch.ones_like(ratio))
+    count = int(has.sum())
+    if count == 0:  # every such token is outside the loss mask
+        return weights, {}
+    clipped = (ratio[has] > cap).sum() if cap is not None else 0
+    metrics = {
+        "mismatch/abs_logp": float(log_ratio[has].abs().sum() / count),
+        "mismatch/ratio_min": float(ratio[has].min()),
+        "mismatch/ratio_max": float(ratio[has].max()),
+        "mismatch/tis_clipped": float(clipped) / count,
+        "tokens/sampler": float(count),
+    }
+    return weights, metrics
+
+
+def _extremes_over_processes(extremes: dict[str, float]) -> dict[str, float]:
+    """The minimum of each of the _MIN_KEYS and the maximum of each of the _MAX_KEYS over the processes (a process
+    without a key, e.g. with an empty shard, does not count)."""
+    gathered: list[Any] = [None] * distributed.world_size()
+    torch.distributed.all_gather_object(gathered, dict(extremes))
     merged: dict[str, float] = {}
-    for key in results[0]:
-        values = [r.get(key, 0.0) for r in results]
-        merged[key] = sum(values) if key.startswith(summed) else sum(values) / len(values)
+    for part in gathered:
+        for key, value in part.items():
+            pick = min if key in _MIN_KEYS else max
+            merged[key] = pick(merged[key], value) if key in merged else value
+    return merged
+
+
+def _merge(results: list[dict[str, float]]) -> dict[str, float]:
+    """Sums the counters over optimizer steps, takes the minimum / maximum of the _MIN_KEYS / _MAX_KEYS and averages
+    the rest (over the steps that report it: a step without sampler log-probs has no mismatch metrics)."""
+    summed = ("tokens/", "train/")
+    keys = dict.fromkeys(key for r in results for key in r)
+    merged: dict[str, float] = {}
+    for key in keys:
+        values = [r[key] for r in results if key in r]
+        if key.startswith(summed):
+            merged[key] = sum(values)
+        elif key in _MIN_KEYS or key in _MAX_KEYS:
+            merged[key] = min(values) if key in _MIN_KEYS else max(values)
+        else:
+            merged[key] = sum(values) / len(values)
     return merged
