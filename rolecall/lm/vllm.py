@@ -159,6 +159,10 @@ class VLLMLM(LocalLM):
     ) -> None:
         if not isinstance(model, (str, Path)):
             raise ConfigError("VLLMLM loads its model by name or folder (vLLM reads the files); got a model object")
+        # vLLM logs to stdout at INFO by default; rolecall's commands keep stdout for their results (serve's first
+        # line is its address) and log vLLM's warnings only, unless the environment says otherwise
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         try:
             import vllm
         except ImportError as exc:
