@@ -199,7 +199,13 @@ class VLLMLM(LocalLM):
         self.device = device
         self.runner = _VLLMRunner(self.llm, backend.tokenizer)
         backend.batcher.close()  # the engine replaces the transformers batcher; training steps run on its thread
-        backend.batcher = RequestBatcher(self.runner.run_batch, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms)
+
+        # an untrained (identity) adapter computes the base model: its rows skip vLLM's LoRA kernels, which on the CPU
+        # cost 4.4x the base model's time (benchmarks/bench_vllm_lora.py), as LocalLM's batchers skip PEFT's
+        def run(requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+            return self.runner.run_batch(backend.route_identity_adapters(requests))
+
+        backend.batcher = RequestBatcher(run, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms)
         self.publisher = AdapterPublisher(backend, self.runner.publish, sync_dir=sync_dir)
         for name in backend.adapters:
             self.publisher.push(name)
