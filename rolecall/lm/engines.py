@@ -31,6 +31,7 @@ __all__ = [
     "CPU_EVIDENCE",
     "add_engine_argument",
     "choose_engine",
+    "close_lm",
     "make_lm",
 ]
 

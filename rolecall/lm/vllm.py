@@ -18,15 +18,17 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from rolecall.errors import ConfigError
 from rolecall.lm.adapter_sync import AdapterPublisher
-from rolecall.lm.batching import RequestBatcher
+from rolecall.lm.batching import BatcherStats, QueueBatcher, RequestBatcher
 from rolecall.lm.embedded import DEFAULT_LM, resolve_model_path
 from rolecall.lm.generation import Completion, GenerationRequest
 from rolecall.lm.local import LocalLM
@@ -79,14 +81,25 @@ class _VLLMRunner:
         with self._lock:
             self.loras[name] = LoRARequest(name, next(self._ids), str(path))
 
+    def lora_for(self, request: GenerationRequest) -> Any:
+        """The ``LoRARequest`` of the request's adapter as last published (None for the base model).
+
+        Raises:
+            ConfigError: If the adapter was never published.
+        """
+        if not request.adapter:
+            return None
+        with self._lock:
+            lora = self.loras.get(request.adapter)
+        if lora is None:
+            raise ConfigError(f"adapter {request.adapter!r} was never published to vLLM; create it with lm.for_role()")
+        return lora
+
     def run_batch(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        """Run ``requests`` as one ``LLM.generate`` call; each request's ``n`` completions, in order."""
         from vllm import SamplingParams, TokensPrompt
 
-        with self._lock:
-            loras = [self.loras.get(r.adapter) if r.adapter else None for r in requests]
-        for r, lora in zip(requests, loras, strict=True):
-            if r.adapter and lora is None:
-                raise ConfigError(f"adapter {r.adapter!r} was never published to vLLM; create it with lm.for_role()")
+        loras = [self.lora_for(r) for r in requests]
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests],
             [SamplingParams(**sampling_kwargs(r)) for r in requests],
@@ -94,11 +107,12 @@ class _VLLMRunner:
             use_tqdm=False,
         )
         return [
-            [self._completion(o, len(r.prompt_ids), r.logprobs) for o in out.outputs]
+            [self.completion(o, len(r.prompt_ids), r.logprobs) for o in out.outputs]
             for r, out in zip(requests, outputs, strict=True)
         ]
 
-    def _completion(self, out: Any, prompt_tokens: int, want_logprobs: bool) -> Completion:
+    def completion(self, out: Any, prompt_tokens: int, want_logprobs: bool) -> Completion:
+        """A rolecall :class:`Completion` of one vLLM ``CompletionOutput``."""
         ids = list(out.token_ids)
         logps = None
         if want_logprobs and out.logprobs is not None:
@@ -111,6 +125,93 @@ class _VLLMRunner:
             prompt_tokens=prompt_tokens,
             tokens=self.tokenizer.convert_ids_to_tokens(ids) if want_logprobs else [],
         )
+
+
+class VLLMEngineBatcher(QueueBatcher):
+    """Feeds requests to vLLM's engine as they arrive (continuous batching across callers), one thread stepping it.
+
+    :class:`~rolecall.lm.batching.RequestBatcher` hands vLLM one ``LLM.generate`` call at a time, so a role call that
+    arrives while a batch decodes waits for that whole batch; a multi-step program whose next call depends on the last
+    then idles most of its threads. Here each request is added to the running engine at once
+    (``LLMEngine.add_request``) and its future resolves the step it finishes (``LLMEngine.step``), as vLLM's own
+    server does. Functions queued by :meth:`call` (training steps) run between two engine steps.
+
+    Args:
+        runner: the :class:`_VLLMRunner` holding the engine and the published adapters.
+        route: maps requests before they run (``ModelBackend.route_identity_adapters``: untrained adapters to the base).
+    """
+
+    def __init__(self, runner: _VLLMRunner, route: Any = None) -> None:
+        super().__init__(max_batch_rows=1 << 30, max_wait_ms=0.0)
+        self.runner = runner
+        self.route = route
+        self.engine = runner.llm.llm_engine
+        self.stats = BatcherStats()
+        self._live: dict[str, tuple[GenerationRequest, Future]] = {}
+        self._ids = itertools.count()
+        self._start("rolecall-vllm-engine")
+
+    def _admit(self, request: GenerationRequest, future: Future) -> None:
+        from vllm import SamplingParams, TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        try:
+            routed = self.route([request])[0] if self.route is not None else request
+            lora = self.runner.lora_for(routed)
+            params = SamplingParams(**sampling_kwargs(routed))
+            params.output_kind = RequestOutputKind.FINAL_ONLY
+            request_id = str(next(self._ids))
+            self.engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(routed.prompt_ids)), params,
+                                    lora_request=lora)  # fmt: skip
+        except BaseException as exc:  # noqa: BLE001 - the caller re-raises it; the engine keeps serving
+            future.set_exception(exc)
+            return
+        self._live[request_id] = (request, future)
+        self.stats.requests += 1
+        self.stats.rows += request.n
+
+    def _loop(self) -> None:
+        closing = False
+        while True:
+            if not self._live:
+                if closing:
+                    return
+                item = self._get()  # idle: wait for work (training steps queued by call() run here)
+                if item is None:
+                    return
+                self._admit(*item)
+            while not closing:  # everything else already queued joins this step
+                try:
+                    item = self._get(block=False)
+                except queue.Empty:
+                    break
+                if item is None:
+                    closing = True
+                else:
+                    self._admit(*item)
+            self._step()
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except BaseException as exc:  # noqa: BLE001 - every waiting caller gets the failure; the next request retries
+            logger.exception("vLLM engine step failed with %d requests running", len(self._live))
+            live, self._live = self._live, {}
+            if live:
+                self.engine.abort_request(list(live), internal=False)
+            for _, future in live.values():
+                future.set_exception(exc)
+            return
+        self.stats.batches += 1
+        self.stats.max_rows = max(self.stats.max_rows, sum(r.n for r, _ in self._live.values()))
+        for out in outputs:
+            if not out.finished or out.request_id not in self._live:
+                continue
+            request, future = self._live.pop(out.request_id)
+            completions = sorted(out.outputs, key=lambda o: o.index)
+            future.set_result(
+                [self.runner.completion(o, len(request.prompt_ids), request.logprobs) for o in completions]
+            )
 
 
 class VLLMLM(LocalLM):
@@ -129,8 +230,11 @@ class VLLMLM(LocalLM):
         gpu_memory_utilization: on a GPU, vLLM's share of it; the rest holds the trainer's copy and its activations.
         kv_cache_gb: on the CPU, the host RAM vLLM's KV cache takes (2 GiB holds about 46k tokens of SmolLM2).
         sync_dir: where stepped adapters are written for vLLM (a temporary folder by default).
-        max_batch_rows: most sample rows gathered into one ``LLM.generate`` call.
-        max_wait_ms: how long the batcher waits to fill a batch.
+        feed: ``"continuous"`` (default: each request joins the running engine as it comes, and returns the step it
+            finishes; :class:`VLLMEngineBatcher`) or ``"batch"`` (requests gathered into one ``LLM.generate`` call at
+            a time, each batch run to its end).
+        max_batch_rows: with ``feed="batch"``, most sample rows gathered into one ``LLM.generate`` call.
+        max_wait_ms: with ``feed="batch"``, how long the batcher waits to fill a batch.
         llm_kwargs: any other ``vllm.LLM`` argument (``tensor_parallel_size``, ``max_model_len``, ...).
         temperature, max_tokens, dtype, lora_config: as :class:`~rolecall.lm.local.LocalLM`.
 
@@ -148,6 +252,7 @@ class VLLMLM(LocalLM):
         gpu_memory_utilization: float = 0.5,
         kv_cache_gb: float = 2.0,
         sync_dir: str | Path | None = None,
+        feed: str = "continuous",
         max_batch_rows: int = 256,
         max_wait_ms: float = 15.0,
         temperature: float = 0.0,
@@ -157,6 +262,8 @@ class VLLMLM(LocalLM):
         llm_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        if feed not in ("continuous", "batch"):
+            raise ConfigError(f"feed must be 'continuous' or 'batch', got {feed!r}")
         if not isinstance(model, (str, Path)):
             raise ConfigError("VLLMLM loads its model by name or folder (vLLM reads the files); got a model object")
         # vLLM logs to stdout at INFO by default; rolecall's commands keep stdout for their results (serve's first
@@ -202,10 +309,14 @@ class VLLMLM(LocalLM):
 
         # an untrained (identity) adapter computes the base model: its rows skip vLLM's LoRA kernels, which on the CPU
         # cost 4.4x the base model's time (benchmarks/bench_vllm_lora.py), as LocalLM's batchers skip PEFT's
-        def run(requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
-            return self.runner.run_batch(backend.route_identity_adapters(requests))
+        if feed == "continuous":
+            backend.batcher = VLLMEngineBatcher(self.runner, route=backend.route_identity_adapters)
+        else:
 
-        backend.batcher = RequestBatcher(run, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms)
+            def run(requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+                return self.runner.run_batch(backend.route_identity_adapters(requests))
+
+            backend.batcher = RequestBatcher(run, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms)
         self.publisher = AdapterPublisher(backend, self.runner.publish, sync_dir=sync_dir)
         for name in backend.adapters:
             self.publisher.push(name)

@@ -120,7 +120,7 @@ def test_mixed_adapters_in_one_batch_match_their_own_runs(vllm_lm):
     ids = [backend.encode_messages(p) for p in PROMPTS[:6]]
     adapters = [None, "mix", None, "mix", "mix", None]
     requests = [GenerationRequest(prompt_ids=i, max_tokens=16, adapter=a) for i, a in zip(ids, adapters, strict=True)]
-    mixed = backend.generate(requests)  # one LLM.generate call: base and adapter rows together
+    mixed = backend.generate(requests)  # submitted together: base and adapter rows share the engine's steps
     alone = [backend.generate([r])[0] for r in requests]
     assert [m[0].token_ids for m in mixed] == [a[0].token_ids for a in alone]
 
