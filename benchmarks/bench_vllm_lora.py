@@ -1,7 +1,8 @@
 """What a LoRA adapter costs each engine: the same 24 prompts (~900 tokens, 64 new tokens, greedy) as base-model
 rows, as rows of one adapter, and as rows of four adapters mixed (a trained OPERA's plan / analysis / rewrite /
-synthesis), first on vLLM, then on LocalLM, in one process. Each adapter has small random LoRA B weights, so no row is
-routed to the base model.
+synthesis), first on vLLM with vLLM's own PyTorch LoRA kernels (``ROLECALL_VLLM_CPU_LORA=0``), then on vLLM with
+rolecall's grouped kernels (``rolecall/vllm_plugin.py``, the default), then on LocalLM, in one process. Each adapter
+has small random LoRA B weights, so no row is routed to the base model.
 
     .venv/bin/python benchmarks/bench_vllm_lora.py        # run it alone on the machine
 
@@ -11,6 +12,7 @@ ratios. It is the per-phase evidence behind ``--engine auto`` taking LocalLM on 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -68,14 +70,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rolecall.lm.engines import close_lm, make_lm
 
     results: dict[str, Any] = {}
-    for engine in ("vllm", "local"):
+    runs = {"vllm_torch_ops": ("vllm", "0"), "vllm": ("vllm", "1"), "local": ("local", "1")}
+    for name, (engine, grouped) in runs.items():
+        os.environ["ROLECALL_VLLM_CPU_LORA"] = grouped  # read by vLLM's engine process when it starts
         lm = make_lm(engine=engine, max_batch_rows=256)
         for i, role in enumerate(ROLES):
             perturb(lm, role, seed=i)
         text = "A passage about a fictional founder, the company she built and the city it stands in. " * 60
         base = lm.tokenizer(text, add_special_tokens=False)["input_ids"][: args.prompt_tokens - 4]
         prompts = [base + [100 + i] * 4 for i in range(args.prompts)]  # distinct tails: no prompt is a duplicate
-        results[engine] = run_cases(lm, prompts, args.max_tokens)
+        results[name] = run_cases(lm, prompts, args.max_tokens)
         close_lm(lm)
     ratios = {
         f"{engine}/{case}_vs_base": results[engine]["base"]["tokens_per_s"] / results[engine][case]["tokens_per_s"]
@@ -85,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for case in ("base", "one_adapter", "four_adapters"):
         vllm, local = results["vllm"][case], results["local"][case]
         ratios[f"vllm_over_local/{case}"] = vllm["tokens_per_s"] / local["tokens_per_s"]
+        ratios[f"grouped_over_torch_ops/{case}"] = vllm["tokens_per_s"] / results["vllm_torch_ops"][case]["tokens_per_s"]
     results["ratios"] = ratios
     for key, value in ratios.items():
         print(f"{key}: {value:.2f}")
