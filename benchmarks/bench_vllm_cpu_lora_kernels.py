@@ -31,7 +31,10 @@ def per_pass_ms(shrink: Callable, expand: Callable, tokens: int, adapters: int, 
     gen = torch.Generator().manual_seed(tokens * 10 + adapters)
     indices = torch.randint(0, adapters, (tokens,), generator=gen)
     weights = [
-        (torch.randn(SLOTS, 1, RANK, i, generator=gen).to(dtype), torch.randn(SLOTS, 1, o, RANK, generator=gen).to(dtype))
+        (
+            torch.randn(SLOTS, 1, RANK, i, generator=gen).to(dtype),
+            torch.randn(SLOTS, 1, o, RANK, generator=gen).to(dtype),
+        )
         for i, o in PROJECTIONS
     ]
     inputs = {i: torch.randn(tokens, i, generator=gen).to(dtype) for i, _ in PROJECTIONS}

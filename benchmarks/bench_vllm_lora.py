@@ -89,7 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for case in ("base", "one_adapter", "four_adapters"):
         vllm, local = results["vllm"][case], results["local"][case]
         ratios[f"vllm_over_local/{case}"] = vllm["tokens_per_s"] / local["tokens_per_s"]
-        ratios[f"grouped_over_torch_ops/{case}"] = vllm["tokens_per_s"] / results["vllm_torch_ops"][case]["tokens_per_s"]
+        ratios[f"grouped_over_torch_ops/{case}"] = (
+            vllm["tokens_per_s"] / results["vllm_torch_ops"][case]["tokens_per_s"]
+        )
     results["ratios"] = ratios
     for key, value in ratios.items():
         print(f"{key}: {value:.2f}")
