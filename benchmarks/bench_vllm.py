@@ -16,6 +16,8 @@ both cores to its worker):
    each phase (``time/generate``, ``time/execute``, ``time/update``, ...) from ``metrics.jsonl``, and the adapter
    publish cost (vLLM);
 3. peak resident memory of this process plus the engine's processes while step 2 runs (sampled every 0.2 s).
+   After step 1 in the same process that peak carries what the evaluation left behind; ``--skip-eval`` measures a
+   compile alone (``benchmarks/results/vllm_cpu_compile.json``).
 
 Writes ``benchmarks/results/vllm_cpu.json`` (or the ``--out`` given): each engine's numbers and the vLLM / LocalLM
 ratios. The ratio of evaluation throughput is the figure ``--engine auto`` relies on (``rolecall/lm/engines.py``).
@@ -146,8 +148,9 @@ def run_engine(engine: str, args: argparse.Namespace, work: Path) -> dict[str, A
     retriever = BM25(world.corpus)
     program = OPERA.load(args.program, retriever=retriever, lm=lm)
     out: dict[str, Any] = {"engine": type(lm).__name__, "load_s": load_s}
-    out["eval"] = _evaluate(program, lm, questions, work / f"eval-{engine}", args.threads)
-    print(f"{engine}: eval {out['eval']}", flush=True)
+    if not args.skip_eval:
+        out["eval"] = _evaluate(program, lm, questions, work / f"eval-{engine}", args.threads)
+        print(f"{engine}: eval {out['eval']}", flush=True)
     if not args.skip_rl:
         seed_everything(0)
         fresh = OPERA.load(args.program, retriever=retriever, lm=lm)
@@ -166,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--group-size", type=int, default=4, help="MAPGRPO G (default: %(default)s)")
     parser.add_argument("--engines", default="local,vllm", help="engines in order (default: %(default)s)")
     parser.add_argument("--skip-rl", action="store_true", help="evaluation only")
+    parser.add_argument("--skip-eval", action="store_true", help="MAPGRPO steps only (a compile's own peak memory)")
     parser.add_argument("--work", type=Path, default=None, help="run folders (default: a temporary one)")
     args = parser.parse_args(argv)
     if not (args.program / "program.json").is_file():
@@ -181,18 +185,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rolecall.evaluation.compare import compare_runs, format_comparison
 
         local, vllm = engines["local"], engines["vllm"]
-        paired = compare_runs(work / "eval-local", work / "eval-vllm")
-        results["paired_eval"] = {**paired.to_dict(), "text": format_comparison(paired)}
-        ratios = {"eval_questions_per_min": vllm["eval"]["questions_per_min"] / local["eval"]["questions_per_min"]}
+        ratios: dict[str, float] = {}
+        if "eval" in local and "eval" in vllm:
+            paired = compare_runs(work / "eval-local", work / "eval-vllm")
+            results["paired_eval"] = {**paired.to_dict(), "text": format_comparison(paired)}
+            ratios["eval_questions_per_min"] = vllm["eval"]["questions_per_min"] / local["eval"]["questions_per_min"]
         if "mapgrpo" in local and "mapgrpo" in vllm:
+            ratios["compile_peak_rss local/vllm"] = local["mapgrpo"]["peak_rss_gib"] / vllm["mapgrpo"]["peak_rss_gib"]
             for stage in ("plan", "analysis"):
                 a, b = local["mapgrpo"]["steps"].get(stage, {}), vllm["mapgrpo"]["steps"].get(stage, {})
-                for key in ("time/generate", "time/step"):
+                for key in ("time/generate", "time/execute", "time/update", "time/step"):
                     if a.get(key) and b.get(key):
                         ratios[f"{stage}/{key} local/vllm"] = a[key] / b[key]
         results["ratios"] = ratios
         print(json.dumps(ratios, indent=2))
-        print(results["paired_eval"]["text"])
+        if "paired_eval" in results:
+            print(results["paired_eval"]["text"])
     path = write_results(results, args)
     print(f"wrote {path}")
     return 0

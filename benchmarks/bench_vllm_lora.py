@@ -7,7 +7,7 @@ has small random LoRA B weights, so no row is routed to the base model.
     .venv/bin/python benchmarks/bench_vllm_lora.py        # run it alone on the machine
 
 Writes ``benchmarks/results/vllm_lora.json``: seconds and generated tokens/s of each case, per engine, and the
-ratios. It is the per-phase evidence behind ``--engine auto`` taking LocalLM on a CPU (``rolecall/lm/engines.py``).
+ratios. It is the per-phase evidence for rolecall's grouped CPU LoRA kernels (``rolecall/vllm_plugin.py``).
 """
 
 from __future__ import annotations

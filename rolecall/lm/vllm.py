@@ -308,7 +308,7 @@ class VLLMLM(LocalLM):
         backend.batcher.close()  # the engine replaces the transformers batcher; training steps run on its thread
 
         # an untrained (identity) adapter computes the base model: its rows skip vLLM's LoRA kernels, which on the CPU
-        # cost 2.3-4.3x the base model's time (benchmarks/bench_vllm_lora.py), as LocalLM's batchers skip PEFT's
+        # cost 1.9-3.3x the base model's time even grouped (benchmarks/bench_vllm_lora.py), as LocalLM's skip PEFT's
         if feed == "continuous":
             backend.batcher = VLLMEngineBatcher(self.runner, route=backend.route_identity_adapters)
         else:
