@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import dspy
@@ -15,6 +16,13 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 # the tests pin the in-process engine, and the vLLM tests (tests/lm/test_vllm*.py, tests/test_cli_vllm.py) ask
 # for vLLM by name. tests/lm/test_engines.py checks auto's own choice with this unset.
 os.environ.setdefault("ROLECALL_ENGINE", "local")
+
+# A suite started in the background by a shell without job control (`make test &`, `nohup ... &`) inherits SIGINT
+# ignored, and so do the CLI processes it starts: the Ctrl-C tests (tests/optimizers/core/test_interrupt.py,
+# tests/faults/, tests/test_cli_compile_guards.py) would see no Ctrl-C at all. Give the session Python's own handler;
+# the processes it starts then begin with SIGINT at its default, as from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
