@@ -24,11 +24,8 @@ Usage::
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared runner beside this script
-
-from _paper_cli import main  # noqa: E402
+from _paper_cli import main  # the shared runner beside this script (Python puts its folder on the path)
 
 PAPER = "stride"
 

@@ -27,33 +27,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rolecall.data.corpus import DEV_SUBSET_FILES, dev_subset_path
+from rolecall.cli_common import DEFAULT_DATA_PATHS, HelpFormatter, add_common
 from rolecall.demo import DemoConfig
-from rolecall.errors import ConfigError, RolecallError
+from rolecall.errors import RolecallError
 from rolecall.lm.engines import add_engine_argument
 from rolecall.utils.logs import quiet_repeated_warnings
 
-__all__ = ["main", "build_parser"]
+__all__ = ["DEFAULT_DATA_PATHS", "main", "build_parser"]
 
 logger = logging.getLogger("rolecall.cli")
 
-DATASET_CHOICES = ("synthetic", "hotpotqa", "2wiki", "musique", "flashrag")
-
-# Default files of the real dev subsets, relative to the working directory (a checkout beside shared/data).
-DEFAULT_DATA_PATHS: dict[str, Path] = {name: dev_subset_path(name) for name in DEV_SUBSET_FILES}
-
-
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the hand-wrapped description and examples (defaults are written into each help string)."""
-
 
 # ---------------------------------------------------------------------------------------------------------- parser
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-v", "--verbose", action="count", default=0, help="log more: -v for INFO, -vv for DEBUG (default WARNING)"
-    )
-
-
 def _add_eval_parser(sub: Any) -> None:
     from rolecall.cli_eval import add_eval_parser  # the eval command lives in rolecall.cli_eval
 
@@ -75,7 +60,7 @@ def _add_demo_parser(sub: Any) -> None:
         "(reward per stage), OUT/program (the trained program), OUT/table.md and OUT/results.json.\n\n"
         "Examples:\n  rolecall demo --optimizer sft --eval-questions 6 --sft-steps 20   # a quick look: 20 steps each\n"
         "  rolecall demo --rl-steps plan=4   # MAPGRPO trains 4 plan steps (the other stages keep theirs)",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     from rolecall.demo_steps import DEMO_RL_STEPS, DEMO_SCRATCH_RL_STEPS, DEMO_SFT_STEPS
 
@@ -106,7 +91,7 @@ def _add_demo_parser(sub: Any) -> None:
     add_engine_argument(p)
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<timestamp>)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    _add_common(p)
+    add_common(p)
     p.set_defaults(func=_cmd_demo)
 
 
@@ -118,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rolecall",
         description="rolecall: trained multi-agent retrieval-augmented multi-hop QA programs.",
         epilog="Run `rolecall <command> --help` for a command's options.",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"rolecall {__version__}")
     sub = parser.add_subparsers(dest="command", title="commands", metavar="<command>")
@@ -145,52 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# --------------------------------------------------------------------------------------------------------- helpers
-def _existing(path: Path, what: str) -> Path:
-    if not path.is_file():
-        raise ConfigError(f"{what} {path} does not exist (working directory: {Path.cwd()}); pass an existing file")
-    return path
-
-
-def _split_of(examples: list[Any], split: str, dataset: str) -> list[Any]:
-    """``train`` / ``test``: the 80% / 20% hash split of a real dataset (``rolecall.data.hash_split``); ``all``."""
-    from rolecall.data import hash_split
-
-    if split == "all":
-        return list(examples)
-    if split == "dev":
-        raise ConfigError(f"--split dev exists only for the synthetic world; {dataset} has train, test (80/20) and all")
-    train, test = hash_split(examples, fraction=0.8)
-    return train if split == "train" else test
-
-
-def _build_retriever(kind: str, corpus: list[Any], k: int, index: Path | None = None) -> Any:
-    if kind == "colbert":
-        from rolecall.retrievers.colbert import ColBERTRetriever
-
-        if index is None:
-            logger.warning("--retriever colbert without --index: indexing the corpus with an untrained ColBERT")
-            return ColBERTRetriever(corpus, default_k=k)
-        if not index.is_dir():
-            raise ConfigError(f"--index {index} is not a directory; build one with: rolecall index --out {index}")
-        retriever = ColBERTRetriever.load(index)
-        retriever.default_k = k
-        return retriever
-    if kind == "dense":
-        from rolecall.retrievers.dense import DenseRetriever
-
-        return DenseRetriever(corpus, default_k=k)
-    from rolecall.retrievers.bm25 import BM25
-
-    return BM25(corpus, default_k=k)
-
-
 # -------------------------------------------------------------------------------------------------------- commands
 def _cmd_demo(args: argparse.Namespace) -> int:
     """``rolecall demo``: prompt-only OPERA -> SFT (or MAPGRPO) -> OPERA, with the before/after table; every flag is
     checked (``DemoConfig``) and the time estimate printed before anything loads."""
-    from rolecall.demo import run_demo
-    from rolecall.demo_steps import RL_STAGES, SFT_ADAPTERS, estimate_minutes, parse_steps
+    from rolecall.demo import estimate_minutes, run_demo
+    from rolecall.demo_steps import RL_STAGES, SFT_ADAPTERS, parse_steps
 
     config = DemoConfig(
         seed=args.seed,

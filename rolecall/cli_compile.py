@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli import DEFAULT_DATA_PATHS, _add_common, _build_retriever, _existing, _HelpFormatter, _split_of
-from rolecall.cli_compile_checks import check_from, check_numbers
+from rolecall.cli_common import DEFAULT_DATA_PATHS, HelpFormatter, add_common, build_retriever, existing, split_of
+from rolecall.cli_compile_checks import check_from, check_numbers, parse_roles
 from rolecall.errors import ConfigError
 from rolecall.lm.engines import add_engine_argument
 from rolecall.programs.registry import get_program_class, option_names, parse_program_options, program_names
@@ -73,7 +73,7 @@ def add_compile_parser(sub: Any) -> None:
         "  rolecall compile --program opera --dataset musique --out runs/opera-musique\n"
         "  rolecall eval --load runs/opera-musique --dataset musique --split test\n"
         "  rolecall compile --program opera --optimizer mapgrpo --config runs/tune/best_config.json --out runs/opera",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_training_arguments(p)
     again = p.add_mutually_exclusive_group()
@@ -84,7 +84,7 @@ def add_compile_parser(sub: Any) -> None:
                        help="delete everything in OUT (a compile run) once the model has loaded, and start again "
                        "(without it, or --resume, an OUT that holds a run is an error)")  # fmt: skip
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the compiled program is saved")
-    _add_common(p)
+    add_common(p)
     p.set_defaults(func=cmd_compile)
 
 
@@ -92,18 +92,6 @@ ROLES_HELP = (
     "SFT: train only these roles' adapters; the others keep their demos (default: every role with a target; on "
     "HotpotQA, which has no gold decomposition, OPERA's only gold role is synthesis: --roles synthesis)"
 )
-
-
-def parse_roles(text: str | None) -> tuple[str, ...] | None:
-    """``--roles plan,synthesis`` as a tuple (None when not given); SFT checks the names against the program.
-
-    Example:
-        >>> parse_roles(" plan, synthesis ")
-        ('plan', 'synthesis')
-    """
-    if text is None:
-        return None
-    return tuple(r.strip() for r in text.split(",") if r.strip()) or None
 
 
 def add_training_arguments(p: argparse.ArgumentParser) -> None:
@@ -200,8 +188,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     else:
         from rolecall.data.corpus import build_corpus, load_dataset
 
-        path = _existing(args.data_path or DEFAULT_DATA_PATHS[args.dataset], "--data-path")
-        trainset = _split_of(load_dataset(args.dataset, path), "train", args.dataset)
+        path = existing(args.data_path or DEFAULT_DATA_PATHS[args.dataset], "--data-path")
+        trainset = split_of(load_dataset(args.dataset, path), "train", args.dataset)
         corpus = list(build_corpus(args.dataset, path))
     trainset = trainset[: args.limit] if args.limit else trainset
     # under `accelerate launch`: join the process group first, so each process loads the model onto its own GPU
@@ -220,7 +208,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     # the new adapters' LoRA A matrices are drawn from torch's RNG: seeded, two compiles of the same settings train
     # the same weights (and a killed run's resumed steps can be checked against an uninterrupted one)
     seed_everything(args.seed)
-    program = start_program(args, _build_retriever("bm25", corpus, args.k), lm, options)
+    program = start_program(args, build_retriever("bm25", corpus, args.k), lm, options)
     if distributed.is_main_process():  # the model loaded: only now is an overwritten run deleted
         start_run_folder(args.out, settings, overwrite=args.overwrite)
     distributed.barrier()

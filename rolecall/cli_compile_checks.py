@@ -15,11 +15,23 @@ from typing import Any
 from rolecall.errors import ConfigError, RolecallError
 from rolecall.programs.registry import get_program_class
 
-__all__ = ["check_from", "check_max_steps_names", "check_numbers"]
+__all__ = ["check_from", "check_max_steps_names", "check_numbers", "parse_roles"]
 
 _FLAGS = {"limit": "--limit", "batch_size": "--batch-size", "grad_accum": "--grad-accum", "epochs": "--epochs",
           "learning_rate": "--learning-rate", "budget_minutes": "--budget-minutes",
           "rl_minutes": "--rl-minutes"}  # fmt: skip
+
+
+def parse_roles(text: str | None) -> tuple[str, ...] | None:
+    """``--roles plan,synthesis`` as a tuple (None when not given); SFT checks the names against the program.
+
+    Example:
+        >>> parse_roles(" plan, synthesis ")
+        ('plan', 'synthesis')
+    """
+    if text is None:
+        return None
+    return tuple(r.strip() for r in text.split(",") if r.strip()) or None
 
 
 def check_numbers(args: argparse.Namespace) -> None:
@@ -51,7 +63,6 @@ def check_max_steps_names(args: argparse.Namespace, chain: Sequence[str], option
         ConfigError: no optimizer of the chain takes ``--max-steps``, or it names an adapter the program lacks (the
             message lists its adapters) or one that ``--roles`` leaves untrained.
     """
-    from rolecall.cli_compile import parse_roles
     from rolecall.optimizers.multitask_sft import PLANNING_ROLES
     from rolecall.optimizers.sft import check_max_steps, parse_max_steps
     from rolecall.programs.core.saving import load_program

@@ -82,8 +82,8 @@ _WRITTEN = {CONFIG_FILE, "program.json", "metrics.jsonl", "samples.jsonl", "summ
 def compile_settings(args: argparse.Namespace, chain: Sequence[str]) -> dict[str, Any]:
     """The settings that define this compile (``--resume`` must repeat them), as ``compile_config.json`` holds them:
     paths resolved, ``--max-steps`` and ``--roles`` parsed, ``--config`` with its contents' digest."""
-    from rolecall.cli import DEFAULT_DATA_PATHS
-    from rolecall.cli_compile import parse_roles
+    from rolecall.cli_common import DEFAULT_DATA_PATHS
+    from rolecall.cli_compile_checks import parse_roles
     from rolecall.lm.embedded import DEFAULT_LM
     from rolecall.optimizers.sft import parse_max_steps
 

@@ -22,14 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli import (
+from rolecall.cli_common import (
     DATASET_CHOICES,
     DEFAULT_DATA_PATHS,
-    _add_common,
-    _build_retriever,
-    _existing,
-    _HelpFormatter,
-    _split_of,
+    HelpFormatter,
+    add_common,
+    build_retriever,
+    existing,
+    split_of,
 )
 from rolecall.cli_eval_run import check_run_folder, max_tokens_advice, result_settings, start_run_folder
 from rolecall.errors import ConfigError, RolecallError
@@ -68,7 +68,7 @@ def add_eval_parser(sub: Any) -> None:
         "  rolecall eval --program opera --dataset musique --retriever dense --out runs/opera-musique\n"
         "  rolecall eval --program opera --dataset musique --out runs/opera-musique --resume\n"
         "  rolecall eval --load runs/opera-compiled --dataset synthetic --limit 50",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--program", choices=program_names(), help="the program to evaluate (prompt-only)")
@@ -205,7 +205,7 @@ def add_eval_parser(sub: Any) -> None:
         help="start again in an OUT that holds an earlier run's records (they are deleted)",
     )
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    _add_common(p)
+    add_common(p)
     p.set_defaults(func=cmd_eval)
 
 
@@ -248,16 +248,16 @@ def load_data(args: argparse.Namespace, split: str) -> tuple[list[Any], list[Any
     elif args.dataset == "flashrag":
         if args.data_path is None:
             raise ConfigError("--dataset flashrag needs --data-path (a FlashRAG {id, question, golden_answers} JSONL)")
-        path = _existing(args.data_path, "--data-path")
-        examples = _split_of(load_dataset("flashrag", path), split, "flashrag")
+        path = existing(args.data_path, "--data-path")
+        examples = split_of(load_dataset("flashrag", path), split, "flashrag")
         corpus_path = corpus_path or path.parent / "corpus.jsonl"
     else:
-        path = _existing(args.data_path or DEFAULT_DATA_PATHS[args.dataset], "--data-path")
-        examples = _split_of(load_dataset(args.dataset, path), split, args.dataset)
+        path = existing(args.data_path or DEFAULT_DATA_PATHS[args.dataset], "--data-path")
+        examples = split_of(load_dataset(args.dataset, path), split, args.dataset)
         if corpus_path is None:
             corpus = build_corpus(args.dataset, path, level=args.corpus_level)
     if corpus_path is not None:
-        corpus = load_flashrag_corpus(_existing(corpus_path, "corpus file (--corpus-path)"))
+        corpus = load_flashrag_corpus(existing(corpus_path, "corpus file (--corpus-path)"))
     if args.limit is not None:
         examples = examples[: args.limit]
     if not examples:
@@ -314,7 +314,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     examples, corpus = load_data(args, split)
     # A program class may declare `uses_retriever = False` (closed-book baselines): then no index is built.
     retriever = (
-        _build_retriever(args.retriever, corpus, args.k, args.index)
+        build_retriever(args.retriever, corpus, args.k, args.index)
         if getattr(program_cls, "uses_retriever", True)
         else None
     )

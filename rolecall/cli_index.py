@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli import DEFAULT_DATA_PATHS, _add_common, _existing, _HelpFormatter, _split_of
+from rolecall.cli_common import DEFAULT_DATA_PATHS, HelpFormatter, add_common, existing, split_of
 from rolecall.errors import ConfigError
 
 __all__ = ["add_index_parser", "cmd_index"]
@@ -29,7 +29,7 @@ def add_index_parser(sub: Any) -> None:
         epilog="examples:\n"
         "  rolecall index --dataset musique --out runs/colbert-musique\n"
         "  rolecall index --dataset hotpotqa --fine-tune-minutes 10 --out runs/colbert-hotpotqa",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--dataset", default="hotpotqa", choices=("hotpotqa", "2wiki", "musique"), help="default: %(default)s"
@@ -46,7 +46,7 @@ def add_index_parser(sub: Any) -> None:
     p.add_argument("--index", default="auto", choices=("auto", "plaid", "exact"), help="default: %(default)s")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the index is saved")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    _add_common(p)
+    add_common(p)
     p.set_defaults(func=cmd_index)
 
 
@@ -58,12 +58,12 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     if args.fine_tune_minutes < 0:
         raise ConfigError(f"--fine-tune-minutes must be >= 0, got {args.fine_tune_minutes}")
-    path = _existing(args.data_path or DEFAULT_DATA_PATHS[args.dataset], "--data-path")
+    path = existing(args.data_path or DEFAULT_DATA_PATHS[args.dataset], "--data-path")
     corpus = build_corpus(args.dataset, path, level=args.corpus_level)
     model = colbert_model()
     training: dict[str, Any] | None = None
     if args.fine_tune_minutes > 0:
-        train = _split_of(load_dataset(args.dataset, path), "train", args.dataset)
+        train = split_of(load_dataset(args.dataset, path), "train", args.dataset)
         triples = hard_negative_triples(train, BM25(corpus))
         config = ColBERTTrainConfig(
             learning_rate=args.learning_rate,

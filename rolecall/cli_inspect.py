@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli import _add_common, _HelpFormatter
+from rolecall.cli_common import HelpFormatter, add_common
 from rolecall.cli_compile import APPLIES_TO, OPTIMIZERS
 from rolecall.programs.registry import PROGRAMS, get_program_class, program_names
 
@@ -72,10 +72,10 @@ def add_inspect_parsers(sub: Any) -> None:
         "options (-o KEY=VALUE of `rolecall eval` / `rolecall compile`) with type, default and doc, and the\n"
         "optimizers that apply to it.",
         epilog="examples:\n  rolecall programs\n  rolecall programs opera",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("name", nargs="?", default=None, metavar="NAME", help="a registered program (default: list all)")
-    _add_common(p)
+    add_common(p)
     p.set_defaults(func=cmd_programs)
 
     p = sub.add_parser(
@@ -87,11 +87,11 @@ def add_inspect_parsers(sub: Any) -> None:
         "adapter, what it saw (inputs, cut short), what it said, what it retrieved, errors and rewards.",
         epilog="examples:\n  rolecall show runs/opera-hotpot\n"
         "  rolecall show runs/opera-hotpot --question 5a8b57f25542995d1e6f1371",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("run", type=Path, metavar="RUN", help="an eval output folder")
     p.add_argument("--question", default=None, metavar="ID", help="show this question's trajectory")
-    _add_common(p)
+    add_common(p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser(
@@ -101,11 +101,11 @@ def add_inspect_parsers(sub: Any) -> None:
         "question and each question's trajectory in a collapsible block. One file, inline CSS, no scripts and no\n"
         "external assets: open it in any browser, attach it, or serve it as it is.",
         epilog="examples:\n  rolecall report runs/opera-hotpot\n  rolecall report runs/opera-hotpot --out opera.html",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("run", type=Path, metavar="RUN", help="an eval output folder")
     p.add_argument("--out", type=Path, default=None, metavar="FILE", help="the HTML file (default: RUN/report.html)")
-    _add_common(p)
+    add_common(p)
     p.set_defaults(func=cmd_report)
 
 

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli import _add_common, _HelpFormatter
+from rolecall.cli_common import HelpFormatter, add_common
 from rolecall.errors import ConfigError, ModelLoadError
 from rolecall.lm.engines import add_engine_argument
 
@@ -35,7 +35,7 @@ def add_serve_parser(sub: Any) -> None:
         "  rolecall serve --adapter plan=runs/opera-sft/adapters/plan --served-model-name smollm2\n"
         "  curl -s localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\\n"
         '    -d \'{"model": "plan", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32}\'',
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--model", default=None, metavar="NAME_OR_PATH",
                    help="LM name or local model directory (default: the embedded SmolLM2-135M-Instruct)")  # fmt: skip
@@ -52,7 +52,7 @@ def add_serve_parser(sub: Any) -> None:
     add_engine_argument(p)
     p.add_argument("--max-batch-rows", type=int, default=32, metavar="N",
                    help="most sample rows decoded together (default: %(default)s)")  # fmt: skip
-    _add_common(p)
+    add_common(p)
     p.set_defaults(func=cmd_serve)
 
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli import DEFAULT_DATA_PATHS, _add_common, _build_retriever, _existing, _HelpFormatter, _split_of
+from rolecall.cli_common import DEFAULT_DATA_PATHS, HelpFormatter, add_common, build_retriever, existing, split_of
 from rolecall.cli_compile import add_training_arguments, build_optimizers, check_chain, start_program
 from rolecall.errors import ConfigError
 from rolecall.programs.registry import get_program_class, option_names, parse_program_options
@@ -50,7 +50,7 @@ def add_tune_parser(sub: Any) -> None:
         "      --simplex rewrite_weights=retrieval,format --out runs/grid-opera\n"
         "  rolecall compile --program opera --optimizer mapgrpo --config runs/tune-opera/best_config.json \\\n"
         "      --out runs/opera-tuned",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_training_arguments(p)
     search = p.add_argument_group("search")
@@ -95,7 +95,7 @@ def add_tune_parser(sub: Any) -> None:
                        help="a running trial's heartbeat; one silent for 2S seconds is taken for dead and retried "
                        "(default: %(default)s)")  # fmt: skip
     study.add_argument("--no-plots", action="store_true", help="do not draw OUT/plots/*.png")
-    _add_common(p)
+    add_common(p)
     p.set_defaults(func=cmd_tune)
 
 
@@ -213,8 +213,8 @@ def _load_data(args: argparse.Namespace) -> tuple[list[Any], list[Any], list[Any
         from rolecall.data import hash_split
         from rolecall.data.corpus import build_corpus, load_dataset
 
-        path = _existing(args.data_path or DEFAULT_DATA_PATHS[args.dataset], "--data-path")
-        train_side = _split_of(load_dataset(args.dataset, path), "train", args.dataset)
+        path = existing(args.data_path or DEFAULT_DATA_PATHS[args.dataset], "--data-path")
+        train_side = split_of(load_dataset(args.dataset, path), "train", args.dataset)
         trainset, devset = hash_split(train_side, fraction=0.8, salt=DEV_SALT)
         corpus = list(build_corpus(args.dataset, path))
     trainset = trainset[: args.limit] if args.limit else trainset
@@ -242,7 +242,7 @@ def _program_factory(args: argparse.Namespace, corpus: list[Any], options: dict[
                 from rolecall.lm.engines import make_lm
 
                 loaded["lm"] = make_lm(args.model, engine=args.engine)
-            loaded["retriever"] = _build_retriever("bm25", corpus, args.k)
+            loaded["retriever"] = build_retriever("bm25", corpus, args.k)
         return start_program(args, loaded["retriever"], loaded["lm"], options)
 
     return build

@@ -13,7 +13,7 @@ the loss curve per adapter), ``mapgrpo/`` (the same), ``training_curve.png`` (th
 roles (with off-policy guidance).
 
 The training is bounded by steps, never by the clock: a busy or slower machine takes longer and trains the same
-amount, so it gets the same table within noise. :func:`rolecall.demo_steps.estimate_minutes` says beforehand how long
+amount, so it gets the same table within noise. :func:`estimate_minutes` says beforehand how long
 an idle 2-core machine takes.
 """
 
@@ -31,10 +31,15 @@ from rolecall.demo_steps import (
     DEMO_RL_STEPS,
     DEMO_SCRATCH_RL_STEPS,
     DEMO_SFT_STEPS,
+    EVAL_SECONDS_PER_QUESTION,
+    RL_COLLECT_SECONDS,
     RL_STAGES,
+    RL_STEP_SECONDS,
+    SCRATCH_RL_COLLECT_SECONDS,
+    SCRATCH_RL_STEP_SECONDS,
     SFT_ADAPTERS,
+    SFT_STEP_SECONDS,
     check_steps,
-    estimate_minutes,
 )
 from rolecall.errors import ConfigError
 from rolecall.lm.engines import ENGINES
@@ -47,6 +52,7 @@ if TYPE_CHECKING:  # the CLI reads DemoConfig's defaults before anything heavy l
 __all__ = [
     "DemoConfig",
     "demo_optimizer",
+    "estimate_minutes",
     "run_demo",
     "comparison_table",
     "ladder_table",
@@ -146,6 +152,27 @@ class DemoConfig:
         """MAPGRPO steps per stage: the demo's (after SFT, or from the untrained roles) with ``rl_steps`` over it."""
         base = DEMO_SCRATCH_RL_STEPS if self.chain[0] == "mapgrpo" else DEMO_RL_STEPS
         return {**base, **(self.rl_steps or {})}
+
+
+def estimate_minutes(config: DemoConfig) -> float:
+    """Minutes the demo takes alone on an idle 2-core machine with the embedded model: the measured step costs
+    (``SFT_STEP_SECONDS``, ``RL_STEP_SECONDS`` and each MAPGRPO stage's input collection in :mod:`rolecall.demo_steps`,
+    or their demo-prompt counterparts from the untrained roles) times the planned steps, plus the evaluations
+    (``EVAL_SECONDS_PER_QUESTION``). A busy or slower machine takes longer for the same steps.
+
+    Example:
+        >>> round(estimate_minutes(DemoConfig()))  # the default ladder
+        24
+    """
+    seconds = (len(config.chain) + 1) * config.eval_questions * EVAL_SECONDS_PER_QUESTION
+    if "sft" in config.chain:
+        seconds += sum(SFT_STEP_SECONDS[a] * n for a, n in config.planned_sft_steps.items())
+    if "mapgrpo" in config.chain:
+        scratch = config.chain[0] == "mapgrpo"
+        costs = SCRATCH_RL_STEP_SECONDS if scratch else RL_STEP_SECONDS
+        collect = SCRATCH_RL_COLLECT_SECONDS if scratch else RL_COLLECT_SECONDS
+        seconds += sum(costs[s] * n + collect for s, n in config.planned_rl_steps.items())
+    return seconds / 60.0
 
 
 def demo_optimizer(name: str, config: DemoConfig, out: Path, *, warm: bool) -> WeightOptimizer:

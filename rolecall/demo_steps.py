@@ -2,17 +2,12 @@
 (MAPGRPO), and the time an idle 2-core machine needs for them (the step costs measured on this project's machine).
 
 The demo trains these steps whatever the machine's speed (no wall-clock budget), so a busy or slower machine takes
-longer and gives the same table within noise; :func:`estimate_minutes` is printed before it starts.
+longer and gives the same table within noise; :func:`rolecall.demo.estimate_minutes` is printed before it starts.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rolecall.errors import ConfigError
-
-if TYPE_CHECKING:
-    from rolecall.demo import DemoConfig
 
 __all__ = [
     "DEMO_RL_STEPS",
@@ -21,7 +16,6 @@ __all__ = [
     "RL_STAGES",
     "SFT_ADAPTERS",
     "check_steps",
-    "estimate_minutes",
     "parse_steps",
 ]
 
@@ -99,24 +93,3 @@ def parse_steps(text: str, flag: str, names: tuple[str, ...]) -> dict[str, int]:
     except ValueError:
         example = ",".join(f"{n}=2" for n in names)
         raise ConfigError(f"{flag} takes N or adapter=N,... (e.g. {example}); got {text!r}") from None
-
-
-def estimate_minutes(config: DemoConfig) -> float:
-    """Minutes the demo takes alone on an idle 2-core machine with the embedded model: the measured step costs
-    (:data:`SFT_STEP_SECONDS`, :data:`RL_STEP_SECONDS` and each MAPGRPO stage's input collection, or their
-    demo-prompt counterparts from the untrained roles) times the planned steps, plus the evaluations
-    (:data:`EVAL_SECONDS_PER_QUESTION`). A busy or slower machine takes longer for the same steps.
-
-    Example:
-        >>> round(estimate_minutes(DemoConfig()))  # the default ladder
-        24
-    """
-    seconds = (len(config.chain) + 1) * config.eval_questions * EVAL_SECONDS_PER_QUESTION
-    if "sft" in config.chain:
-        seconds += sum(SFT_STEP_SECONDS[a] * n for a, n in config.planned_sft_steps.items())
-    if "mapgrpo" in config.chain:
-        scratch = config.chain[0] == "mapgrpo"
-        costs = SCRATCH_RL_STEP_SECONDS if scratch else RL_STEP_SECONDS
-        collect = SCRATCH_RL_COLLECT_SECONDS if scratch else RL_COLLECT_SECONDS
-        seconds += sum(costs[s] * n + collect for s, n in config.planned_rl_steps.items())
-    return seconds / 60.0

@@ -9,8 +9,16 @@ from collections import Counter
 import pytest
 
 from rolecall.cli import main
-from rolecall.demo import DemoConfig, comparison_table, demo_optimizer, ladder_table, plot_training_curve, run_demo
-from rolecall.demo_steps import DEMO_RL_STEPS, DEMO_SCRATCH_RL_STEPS, DEMO_SFT_STEPS, estimate_minutes
+from rolecall.demo import (
+    DemoConfig,
+    comparison_table,
+    demo_optimizer,
+    estimate_minutes,
+    ladder_table,
+    plot_training_curve,
+    run_demo,
+)
+from rolecall.demo_steps import DEMO_RL_STEPS, DEMO_SCRATCH_RL_STEPS, DEMO_SFT_STEPS
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core.base import WeightOptimizer
 

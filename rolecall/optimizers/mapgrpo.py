@@ -37,9 +37,9 @@ import torch
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
 from rolecall.optimizers.core.config import TrainerConfig
+from rolecall.optimizers.core.grpo.advantages import all_equal, group_advantages
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.stage import Stage, StepContext
-from rolecall.optimizers.grpo.advantages import all_equal, group_advantages
 from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
 from rolecall.optimizers.mapgrpo_roles import OperaRoleTasks, RoleInput, as_gold_record, plan_of
 from rolecall.programs.core.parallel import parallel_map

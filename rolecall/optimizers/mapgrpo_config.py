@@ -48,7 +48,7 @@ class MAPGRPOConfig:
     epsilon: float = 0.2
     """PPO clipping range (reference code: 0.2)."""
     loss_type: Literal["grpo", "dr_grpo", "dapo"] = "grpo"
-    """Loss aggregation; see :func:`rolecall.optimizers.grpo.grpo_loss`."""
+    """Loss aggregation; see :func:`rolecall.optimizers.core.grpo.grpo_loss`."""
     temperature: float = 1.0
     """Sampling temperature of the G-1 policy candidates."""
     top_p: float = 1.0

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
 import torch
@@ -46,12 +46,13 @@ import torch
 from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match
 from rolecall.evaluation.stats import avg_pass_at_k
-from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
+from rolecall.optimizers.core.base import WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.mapgrpo_roles import GoldRecord, as_gold_record
+from rolecall.optimizers.opd_config import OPDConfig
 from rolecall.optimizers.opd_teacher import (
     OPDTeacher,
     answerer_samples,
@@ -63,15 +64,12 @@ from rolecall.optimizers.opd_teacher import (
     with_advantage,
 )
 from rolecall.optimizers.rewards.team import (
-    KLEstimator,
     TeamRewards,
-    TeamRewardWeights,
     hierarchical_team_rewards,
     kl_penalized_reward,
     role_advantages,
     searcher_token_advantages,
 )
-from rolecall.programs.core.options import option
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.programs.team.program import CascadedTeam, HierarchicalTeam
@@ -79,63 +77,6 @@ from rolecall.programs.team.program import CascadedTeam, HierarchicalTeam
 __all__ = ["OPD", "OPDConfig", "OPDTeacher", "evaluate_avg_pass_at_k"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(kw_only=True)
-class OPDConfig(LoopOptions):
-    """Settings of :class:`OPD` (the loop settings ``num_threads``, ``time_budget_minutes`` (Stage II), ``seed``,
-    ``output_dir`` (Stage I writes to ``<output_dir>/teacher``), ``resume``, ``show_progress`` are
-    :class:`LoopOptions`)."""
-
-    group_size: int = option(5, low=2)
-    """G: team rollouts per question, the Leader's normalization group (paper: 5)."""
-    questions_per_step: int = option(2, low=1)
-    """Training questions per optimizer step (paper: batch 32 on GPUs)."""
-    steps: int = option(8, low=0)
-    """Stage II optimizer steps, unless ``time_budget_minutes`` runs out first."""
-    train_teacher: bool = True
-    """True runs Stage I; False uses the already loaded adapter ``teacher_adapter`` as π_T and skips it."""
-    teacher_adapter: str = "opd_teacher"
-    """Name of the frozen Teacher adapter (it must differ from every student adapter)."""
-    teacher_steps: int = option(8, low=0)
-    """Stage I optimizer steps, unless ``teacher_minutes`` runs out first."""
-    teacher_minutes: float | None = None
-    """Wall-clock minutes of Stage I's loop (None: ``teacher_steps`` alone decide)."""
-    temperature: float = option(1.0, low=0.01, high=2.0)
-    """Sampling temperature of every role in the rollouts, and of the trainer's and the scoring log-probs (1.0)."""
-    answer_candidates: int = option(5, low=1)
-    """J: Answerer candidates per request in training (paper: 5); their rewards are normalized within the request."""
-    beta: float = option(0.01, low=0.0)
-    """β of Eq. 5, the scale of the Searchers' distillation advantages (paper: 0.01)."""
-    kl_coef: float = option(1e-3, low=0.0)
-    """KL coefficient toward π_T in the Leader and Answerer rewards (paper: 1e-3; 0.0 skips it); none for Searchers."""
-    kl_estimator: KLEstimator = "k1"
-    """``k1``: Σ_t log π - log π_T (veRL's in-reward KL); ``k3``: Schulman's non-negative estimator."""
-    outcome_only: bool = False
-    """The ablation: Searchers learn from the team outcome R_EM (group-normalized) instead of the Teacher (Eq. 5)."""
-    invalid_reward: float | None = -1.0
-    """Total reward of a role output with an invalid action format (paper: -1); None switches the rule off."""
-    learning_rate: float = option(2e-4, low=1e-8, high=1.0)
-    """AdamW learning rate of both stages. The paper's 1e-6 is full fine-tuning of a 4B model; LoRA on a small model
-    needs about two orders of magnitude more (as SPlanRL and MAPGRPO use)."""
-    epsilon: float = option(0.2, low=0.0, high=0.99)
-    """PPO clip range ε of the ratio (0.2)."""
-    micro_batch_size: int = option(4, low=1)
-    """Role calls per forward/backward pass (a step's gradients accumulate into one optimizer step)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.teacher_adapter.strip():
-            raise ConfigError(f"teacher_adapter must be a non-empty adapter name; got {self.teacher_adapter!r}")
-        for name in ("time_budget_minutes", "teacher_minutes"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(f"{name} must be > 0 minutes or None; got {value}")
-
-    @property
-    def weights(self) -> TeamRewardWeights:
-        """The reward weights: the paper's 0.9 / 0.1 / 6 and ``invalid_reward``."""
-        return TeamRewardWeights(invalid_reward=self.invalid_reward)
 
 
 class OPD(WeightOptimizer):

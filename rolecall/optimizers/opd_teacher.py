@@ -33,11 +33,11 @@ import torch
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core.base import WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
+from rolecall.optimizers.core.grpo.logprobs import build_completion_batch
 from rolecall.optimizers.core.logprobs import reference_per_token_logps
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
 from rolecall.optimizers.core.stage import Stage, StepContext
-from rolecall.optimizers.grpo.logprobs import build_completion_batch
 from rolecall.optimizers.mapgrpo_roles import GoldRecord, as_gold_record
 from rolecall.optimizers.rewards.team import TeamRewards, cascaded_team_rewards, role_advantages
 from rolecall.programs.core.calls import read_sections
@@ -47,7 +47,7 @@ from rolecall.programs.team.base import team_lm_kwargs
 from rolecall.programs.team.program import CascadedTeam
 
 if TYPE_CHECKING:
-    from rolecall.optimizers.opd import OPDConfig
+    from rolecall.optimizers.opd_config import OPDConfig
 
 __all__ = [
     "OPDTeacher",
@@ -222,7 +222,7 @@ class OPDTeacher(WeightOptimizer):
     """MultiAgent-OPD's Stage I: GRPO on the cascaded Searcher -> Answerer workflow's one shared adapter (see module).
 
     Args:
-        config: an :class:`~rolecall.optimizers.opd.OPDConfig` (``group_size``, ``teacher_steps``,
+        config: an :class:`~rolecall.optimizers.opd_config.OPDConfig` (``group_size``, ``teacher_steps``,
             ``teacher_minutes``, ``answer_candidates``, ``temperature``, ``learning_rate``, ...).
     """
 

@@ -44,12 +44,12 @@ import torch
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
 from rolecall.optimizers.core.config import TrainerConfig
+from rolecall.optimizers.core.grpo.advantages import all_equal, group_advantages
+from rolecall.optimizers.core.grpo.loss import LossType
 from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
 from rolecall.optimizers.core.stage import Stage, StepContext
-from rolecall.optimizers.grpo.advantages import all_equal, group_advantages
-from rolecall.optimizers.grpo.loss import LossType
 from rolecall.optimizers.mapgrpo_roles import GoldRecord, as_gold_record
 from rolecall.optimizers.rewards.search_r1 import DEFAULT_FORMAT_PENALTY, search_r1_rewards
 from rolecall.programs.core.parallel import parallel_map

@@ -44,11 +44,11 @@ from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match
 from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
+from rolecall.optimizers.core.grpo.advantages import all_equal, group_advantages
 from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
 from rolecall.optimizers.core.stage import Stage, StepContext
-from rolecall.optimizers.grpo.advantages import all_equal, group_advantages
 from rolecall.optimizers.rewards.d2plan import SPlanRLWeights, splanrl_rewards
 from rolecall.optimizers.sft import SFT, trainable_examples
 from rolecall.programs.core.options import option
@@ -102,7 +102,7 @@ class SPlanRLConfig(LoopOptions):
     epsilon: float = option(0.2, low=0.0, high=0.99)
     """PPO clipping range ε of the ratio (0.2)."""
     loss_type: Literal["grpo", "dr_grpo", "dapo"] = "dapo"
-    """Loss aggregation (:func:`rolecall.optimizers.grpo.grpo_loss`); ``dapo``'s token mean counts every Reasoner
+    """Loss aggregation (:func:`rolecall.optimizers.core.grpo.grpo_loss`); ``dapo``'s token mean counts every Reasoner
     token of a rollout once, as the paper's single multi-turn sequence."""
     micro_batch_size: int = option(4, low=1)
     """Reasoner calls per forward/backward pass (the step's gradients accumulate into one optimizer step)."""

@@ -62,7 +62,7 @@ paper.musique = { f1 = 38.3 }
 def load_script(paper: str):
     spec = importlib.util.spec_from_file_location(f"experiment_{paper}", EXPERIMENTS / f"{paper}.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # puts experiments/ on sys.path, so the shared runner imports too
+    spec.loader.exec_module(module)  # its shared runner imports from experiments/ (pytest pythonpath)
     return module
 
 

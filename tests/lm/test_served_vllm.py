@@ -17,7 +17,7 @@ from rolecall.lm.embedded import embedded_lm_path
 from rolecall.lm.openai_client import OpenAIClient, ServerError
 from rolecall.lm.served import ServedLM
 from rolecall.optimizers.core import AdapterTrainer, TrainerConfig, TrainingSample
-from rolecall.optimizers.grpo.logprobs import adapter_active, build_completion_batch, sequence_logprobs
+from rolecall.optimizers.core.grpo.logprobs import adapter_active, build_completion_batch, sequence_logprobs
 from tests.lm._vllm_server import VLLMServer
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None

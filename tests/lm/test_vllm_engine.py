@@ -142,8 +142,8 @@ def test_sampling_api_matches_local_lm(vllm_lm):
 
 
 def test_greedy_logprobs_are_the_local_models(vllm_lm):
+    from rolecall.optimizers.core.grpo.logprobs import build_completion_batch
     from rolecall.optimizers.core.logprobs import per_token_logps
-    from rolecall.optimizers.grpo.logprobs import build_completion_batch
 
     backend = vllm_lm.backend
     out = vllm_lm.sample(PROMPTS[1], max_tokens=12, logprobs=True)[0]

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from rolecall.errors import ConfigError
+from rolecall.optimizers.core.grpo.loss import LossType
 from rolecall.optimizers.core.losses import LOSSES
-from rolecall.optimizers.grpo.loss import LossType
 
 __all__ = ["LRSchedule", "LossName", "TrainerConfig"]
 

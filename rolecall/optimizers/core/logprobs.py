@@ -1,6 +1,6 @@
 """Per-token log-probabilities for the losses, with the log-softmax in fp32, and the reference policy's.
 
-The tensors follow :mod:`rolecall.optimizers.grpo.logprobs`: shape (B, T) over the whole right-padded sequence,
+The tensors follow :mod:`rolecall.optimizers.core.grpo.logprobs`: shape (B, T) over the whole right-padded sequence,
 position t holding log pi(input_ids[t] | input_ids[:t]) on completion-mask positions and 0 elsewhere. The difference
 is precision: logits are cast to fp32 before the log-softmax whatever the model's dtype, so a bf16 model trains on
 fp32 log-probs (TRL does the same in its fused LM head with ``cast_lm_head_to_fp32``).
@@ -17,8 +17,13 @@ from typing import Any
 import torch
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.grpo.logprobs import adapter_active, adapters_disabled, build_completion_batch, check_batch
-from rolecall.optimizers.grpo.loss import selective_log_softmax
+from rolecall.optimizers.core.grpo.logprobs import (
+    adapter_active,
+    adapters_disabled,
+    build_completion_batch,
+    check_batch,
+)
+from rolecall.optimizers.core.grpo.loss import selective_log_softmax
 
 __all__ = ["per_token_logps", "shared_prefix_per_token_logps", "reference_per_token_logps", "store_reference_logps"]
 

@@ -5,12 +5,13 @@ or (B,) sequence log-probs and returns ``(loss, metrics)``: a scalar tensor and 
 
 - ``"nll"``: completion-only supervised fine-tuning (TRL ``SFTTrainer`` with ``completion_only_loss``):
   ``L = -sum_{i,t} m_{i,t} log pi(o_{i,t}) / sum_{i,t} m_{i,t}``, the mean over every target token of the batch.
-- ``"grpo"``: the clipped GRPO surrogate with its three aggregations, :func:`rolecall.optimizers.grpo.loss.grpo_loss`.
+- ``"grpo"``: the clipped GRPO surrogate with its three aggregations
+  (:func:`rolecall.optimizers.core.grpo.loss.grpo_loss`).
 - ``"dpo"``: sigmoid DPO (Rafailov et al., arXiv 2305.18290, Eq. 7) on summed sequence log-probs:
   ``L = -log sigmoid(beta * ((log pi(y_w) - log pi_ref(y_w)) - (log pi(y_l) - log pi_ref(y_l))))``.
 - ``"token_advantage"``: PPO's clipped surrogate with a per-token advantage A_t, the objective MultiAgent-OPD
   (arXiv 2610.23234) optimises with its Eq. 5 advantages ``A_t = beta * M_t * log(pi_T(a_t|h_t) / pi_old(a_t|h_t))``
-  (build them with :func:`rolecall.optimizers.grpo.advantages.teacher_token_advantages`), as a token mean.
+  (build them with :func:`rolecall.optimizers.core.grpo.advantages.teacher_token_advantages`), as a token mean.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.grpo.loss import grpo_loss
+from rolecall.optimizers.core.grpo.loss import grpo_loss
 
 __all__ = ["LOSSES", "dpo_loss", "get_loss", "nll_loss", "token_advantage_loss"]
 

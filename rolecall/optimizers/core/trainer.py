@@ -50,6 +50,7 @@ import torch
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core import distributed
 from rolecall.optimizers.core.config import TrainerConfig
+from rolecall.optimizers.core.grpo.logprobs import build_completion_batch
 from rolecall.optimizers.core.logprobs import (
     per_token_logps,
     reference_per_token_logps,
@@ -57,7 +58,6 @@ from rolecall.optimizers.core.logprobs import (
 )
 from rolecall.optimizers.core.losses import get_loss
 from rolecall.optimizers.core.sample import TrainingSample
-from rolecall.optimizers.grpo.logprobs import build_completion_batch
 
 __all__ = ["AdapterTrainer", "TrainerConfig"]
 

@@ -39,8 +39,8 @@ import torch
 
 from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match
-from rolecall.optimizers.grpo.advantages import group_advantages, teacher_token_advantages
-from rolecall.optimizers.grpo.loss import per_token_kl_k3
+from rolecall.optimizers.core.grpo.advantages import group_advantages, teacher_token_advantages
+from rolecall.optimizers.core.grpo.loss import per_token_kl_k3
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.programs.team.program import tool_steps
 
@@ -229,7 +229,7 @@ def kl_penalized_reward(
     token's reward and GRPO sums the token rewards of a response. ``"k1"`` (default, veRL's in-reward ``kl``):
     ``kl_t = log π(a_t|h_t) - log π_T(a_t|h_t)``, whose sum is log π(y)/π_T(y), an unbiased single-sample estimate of
     the sequence KL(π ‖ π_T) (a token can be negative). ``"k3"``: ``exp(Δ) - Δ - 1`` with Δ = log π_T - log π, never
-    negative (:func:`~rolecall.optimizers.grpo.loss.per_token_kl_k3`). The paper: coefficient 1e-3; no KL for
+    negative (:func:`~rolecall.optimizers.core.grpo.loss.per_token_kl_k3`). The paper: coefficient 1e-3; no KL for
     Searchers.
 
     Args:

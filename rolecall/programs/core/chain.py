@@ -23,13 +23,11 @@ import inspect
 import logging
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rolecall.data.types import Example
 from rolecall.errors import ConfigError
-
-if TYPE_CHECKING:
-    from rolecall.programs.core.program import Program
+from rolecall.programs.core.protocol import ProgramLike
 
 __all__ = ["compile_chain", "is_weight_optimizer", "examples_for"]
 
@@ -76,7 +74,7 @@ def _accepted(optimizer: Any) -> tuple[set[str], bool]:
 
 
 def compile_chain(
-    program: Program,
+    program: ProgramLike,
     optimizers: Sequence[Any],
     *,
     trainset: Sequence[Any],
@@ -99,8 +97,6 @@ def compile_chain(
         ConfigError: no optimizer, an argument that no optimizer's ``compile`` takes, or a step before the last that
             returned something other than a rolecall ``Program`` (the next step could not compile it).
     """
-    from rolecall.programs.core.program import Program  # program.py imports this module
-
     if not optimizers:
         raise ConfigError("compile(optimizer=[...]) needs at least one optimizer")
     accepted = [_accepted(step) for step in optimizers]
@@ -110,7 +106,7 @@ def compile_chain(
         raise ConfigError(f"compile() got {unused}, which no optimizer's compile takes ({names}); remove them")
     current: Any = program
     for i, (step, (named, var_kw)) in enumerate(zip(optimizers, accepted, strict=True)):
-        if i and not isinstance(current, Program):
+        if i and not isinstance(current, ProgramLike):
             raise ConfigError(
                 f"{type(optimizers[i - 1]).__name__}.compile returned a {type(current).__name__}, not a rolecall "
                 f"Program, so {type(step).__name__} cannot compile it; put that optimizer last in the chain"

@@ -28,11 +28,11 @@ from rolecall.programs.core.calls import jsonable
 from rolecall.programs.core.trajectory import Step, Trajectory
 
 if TYPE_CHECKING:
-    from rolecall.programs.core.program import Program
+    from rolecall.programs.core.protocol import ProgramLike
 
 __all__ = ["Override", "gold_path", "gold_call", "format_pair"]
 
-Override = Callable[["Program", str, dict[str, Any], Trajectory], "dict[str, Any] | None"]
+Override = Callable[["ProgramLike", str, dict[str, Any], Trajectory], "dict[str, Any] | None"]
 """``override(program, role, inputs, trajectory)``: the outputs the role call should have, or None for the LM's."""
 
 _OVERRIDE: contextvars.ContextVar[Override | None] = contextvars.ContextVar("rolecall_gold_override", default=None)
@@ -50,7 +50,7 @@ def gold_path(override: Override) -> Iterator[None]:
 
 
 def gold_call(
-    program: Program, role: str, predictor: dspy.Predict, inputs: dict[str, Any], trajectory: Trajectory
+    program: ProgramLike, role: str, predictor: dspy.Predict, inputs: dict[str, Any], trajectory: Trajectory
 ) -> dspy.Prediction | None:
     """The gold answer of one role call when an override is installed and gives one (recorded as a step with
     ``meta["gold"] = True``), else None."""
@@ -73,7 +73,7 @@ def gold_call(
 
 
 def format_pair(
-    program: Program, role: str, inputs: dict[str, Any], outputs: dict[str, Any]
+    program: ProgramLike, role: str, inputs: dict[str, Any], outputs: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], str]:
     """``(messages, completion)`` of one call of ``role``: the messages its DSPy adapter sends now (its demos, or none
     when it runs demo-free; the short trained prompt once its adapter is trained) and ``outputs`` in that adapter's

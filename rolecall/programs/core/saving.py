@@ -19,7 +19,7 @@ from rolecall.errors import ModelLoadError
 from rolecall.programs.core.calls import is_local_lm
 
 if TYPE_CHECKING:
-    from rolecall.programs.core.program import Program
+    from rolecall.programs.core.protocol import ProgramLike
     from rolecall.retrievers.base import Retriever
 
 __all__ = [
@@ -35,14 +35,14 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-P = TypeVar("P", bound="Program")
+P = TypeVar("P", bound="ProgramLike")
 
 STATE_FILE = "program.json"
 ADAPTER_DIR = "adapters"
 FORMAT_VERSION = 2
 
 
-def save_program(program: Program, path: Path) -> None:
+def save_program(program: ProgramLike, path: Path) -> None:
     """Write ``program`` to ``path`` (see :meth:`Program.save`)."""
     path.mkdir(parents=True, exist_ok=True)
     # LMs are not program state (and a custom engine may not be serializable): dump with them unbound
@@ -137,7 +137,7 @@ def load_program(cls: type[P], path: Path, *, retriever: Retriever | None = None
     return program
 
 
-def _constructor_args(cls: type[Program], config: dict[str, Any]) -> dict[str, Any]:
+def _constructor_args(cls: type[ProgramLike], config: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments that rebuild a program from its saved ``config`` (format 2, or format 1's flat dict)."""
     if "options" in config:
         args = dict(config["options"])

@@ -13,7 +13,7 @@ evidence (``failed_sub_question``) or relevant evidence but no answer (``unanswe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from rolecall.programs.core.search import Observation, SearchAction, SearchLoop
 from rolecall.programs.core.text import format_passages
@@ -22,10 +22,21 @@ from rolecall.programs.d2plan.context import SubQuestion, entity_query, format_n
 from rolecall.retrievers.base import Passage
 from rolecall.signatures.types import is_null_answer
 
-if TYPE_CHECKING:
-    from rolecall.programs.d2plan.program import D2Plan
+__all__ = ["SearchingProgram", "SubQuestionSearch"]
 
-__all__ = ["SubQuestionSearch"]
+
+class SearchingProgram(Protocol):
+    """What the search needs of its program (:class:`~rolecall.programs.d2plan.program.D2Plan`): its role calls and
+    its search options. A protocol, so that this module does not import the program that imports it."""
+
+    max_searches: int
+    top_k: int
+    use_purifier: bool
+    max_context_chars: int
+    max_passage_chars: int
+
+    def call_role(self, role: str, trajectory: Trajectory, /, **kwargs: Any) -> Any:
+        """Run one role call, recorded in ``trajectory``."""
 
 
 class SubQuestionSearch:
@@ -39,7 +50,9 @@ class SubQuestionSearch:
         context: the global context C the Reasoner sees (see :func:`~rolecall.programs.d2plan.context.format_context`).
     """
 
-    def __init__(self, program: D2Plan, trajectory: Trajectory, sub: SubQuestion, *, question: str, context: str):
+    def __init__(
+        self, program: SearchingProgram, trajectory: Trajectory, sub: SubQuestion, *, question: str, context: str
+    ):
         self.program, self.trajectory, self.sub = program, trajectory, sub
         self.question, self.context = question, context
 

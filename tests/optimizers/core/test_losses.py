@@ -9,7 +9,7 @@ import torch
 
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core import LOSSES, dpo_loss, get_loss, nll_loss, token_advantage_loss
-from rolecall.optimizers.grpo import grpo_loss
+from rolecall.optimizers.core.grpo import grpo_loss
 
 
 def test_nll_is_the_mean_over_every_target_token():

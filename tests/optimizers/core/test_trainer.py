@@ -243,8 +243,8 @@ def test_zero_kl_beta_skips_the_reference_forward(lm, monkeypatch):
 def test_a_groups_shared_prompt_is_encoded_once_with_the_same_logps_and_gradients(lm):
     """The G completions of one prompt: encoding the prompt once and repeating its KV cache gives the packed batch's
     log-probs and, through the shared prompt pass, its gradients."""
+    from rolecall.optimizers.core.grpo.logprobs import build_completion_batch
     from rolecall.optimizers.core.logprobs import per_token_logps, shared_prefix_per_token_logps
-    from rolecall.optimizers.grpo.logprobs import build_completion_batch
 
     lm.for_role("plan")
     model = lm.backend.model

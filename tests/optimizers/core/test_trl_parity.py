@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from rolecall.optimizers.core import dpo_loss, nll_loss, per_token_logps
-from rolecall.optimizers.grpo import build_completion_batch
+from rolecall.optimizers.core.grpo import build_completion_batch
 
 trl_sft = pytest.importorskip("trl.trainer.sft_trainer")
 trl_dpo = pytest.importorskip("trl.trainer.dpo_trainer")

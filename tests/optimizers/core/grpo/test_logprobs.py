@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.grpo import (
+from rolecall.optimizers.core.grpo import (
     build_completion_batch,
     group_advantages,
     grpo_loss,

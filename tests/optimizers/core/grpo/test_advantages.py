@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.grpo import (
+from rolecall.optimizers.core.grpo import (
     gradient_mask,
     group_advantages,
     role_normalized_advantages,

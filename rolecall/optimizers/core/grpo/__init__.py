@@ -3,15 +3,15 @@
 The trainer that uses them is :class:`rolecall.optimizers.core.trainer.AdapterTrainer`.
 """
 
-from rolecall.optimizers.grpo.advantages import (
+from rolecall.optimizers.core.grpo.advantages import (
     AdvantageScale,
     gradient_mask,
     group_advantages,
     role_normalized_advantages,
     teacher_token_advantages,
 )
-from rolecall.optimizers.grpo.logprobs import build_completion_batch, ref_logprobs, sequence_logprobs
-from rolecall.optimizers.grpo.loss import LossType, grpo_loss, per_token_kl_k3, selective_log_softmax
+from rolecall.optimizers.core.grpo.logprobs import build_completion_batch, ref_logprobs, sequence_logprobs
+from rolecall.optimizers.core.grpo.loss import LossType, grpo_loss, per_token_kl_k3, selective_log_softmax
 
 __all__ = [
     "AdvantageScale",

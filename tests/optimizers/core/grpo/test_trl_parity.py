@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rolecall.optimizers.grpo import group_advantages, grpo_loss, selective_log_softmax
+from rolecall.optimizers.core.grpo import group_advantages, grpo_loss, selective_log_softmax
 
 trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
 trl_utils = pytest.importorskip("trl.trainer.utils")

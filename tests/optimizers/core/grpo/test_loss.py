@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.grpo import grpo_loss, per_token_kl_k3, selective_log_softmax
+from rolecall.optimizers.core.grpo import grpo_loss, per_token_kl_k3, selective_log_softmax
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.grpo.loss import selective_log_softmax
+from rolecall.optimizers.core.grpo.loss import selective_log_softmax
 
 logger = logging.getLogger(__name__)
 
