@@ -228,7 +228,7 @@ def main() -> None:
         world = synthetic_world(seed=args.seed)
         test, train, corpus = world.test[: args.test_questions], world.train[: args.train_questions], world.corpus
     else:
-        from rolecall.cli import DEFAULT_DATA_PATHS
+        from rolecall.cli_common import DEFAULT_DATA_PATHS
         from rolecall.data import hash_split
         from rolecall.data.corpus import build_corpus, load_dataset
 

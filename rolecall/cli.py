@@ -27,13 +27,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli_common import DEFAULT_DATA_PATHS, HelpFormatter, add_common
+from rolecall.cli_common import HelpFormatter, add_common
 from rolecall.demo import DemoConfig
 from rolecall.errors import RolecallError
 from rolecall.lm.engines import add_engine_argument
 from rolecall.utils.logs import quiet_repeated_warnings
 
-__all__ = ["DEFAULT_DATA_PATHS", "main", "build_parser"]
+__all__ = ["main", "build_parser"]
 
 logger = logging.getLogger("rolecall.cli")
 

@@ -355,7 +355,7 @@ def test_compile_rejects_a_bad_batch_size_before_loading(monkeypatch, capsys):
 def test_eval_split_of_a_real_dataset_is_the_compile_hash_split(fake_program, shared_data, tmp_path, monkeypatch):
     """--split train / test of a real dataset are the 80/20 hash split `rolecall compile` trains on / holds out; the
     default is test, and all is the whole file."""
-    from rolecall.cli import DEFAULT_DATA_PATHS
+    from rolecall.cli_common import DEFAULT_DATA_PATHS
     from rolecall.data import hash_split
     from rolecall.data.corpus import load_dataset
 
@@ -383,7 +383,7 @@ def test_compile_on_a_real_dataset_trains_on_its_train_side(tmp_path, tiny_model
     argv = ["compile", "--program", "opera", "--dataset", "musique", "--limit", "2", "--max-steps", "1"]
     assert main([*argv, "--model", str(model_dir), "--out", str(saved), "--no-progress", "--threads", "2"]) == 0
     assert "opera compiled with sft on 2 musique questions" in capsys.readouterr().out
-    from rolecall.cli import DEFAULT_DATA_PATHS
+    from rolecall.cli_common import DEFAULT_DATA_PATHS
     from rolecall.data import hash_split
     from rolecall.data.corpus import load_dataset
 

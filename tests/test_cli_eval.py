@@ -162,7 +162,7 @@ def test_resume_of_records_without_a_config_is_refused(echo, tmp_path, monkeypat
 
 # ------------------------------------------------------------------------------------------ 3: the held-out split
 def test_real_data_defaults_to_the_held_out_test_split(echo, shared_data, tmp_path, monkeypatch, capsys):
-    from rolecall.cli import DEFAULT_DATA_PATHS
+    from rolecall.cli_common import DEFAULT_DATA_PATHS
     from rolecall.data import hash_split
     from rolecall.data.corpus import load_dataset
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
-from rolecall.errors import ConfigError
 from rolecall.optimizers.core.grpo.logprobs import (
     adapter_active,
     adapters_disabled,
     build_completion_batch,
     check_batch,
+    sequence_logprobs,
 )
 from rolecall.optimizers.core.grpo.loss import selective_log_softmax
 
@@ -59,21 +59,7 @@ def per_token_logps(
         ValueError: If the shapes disagree or ``completion_mask`` marks position 0.
         ConfigError: If ``temperature`` is not positive.
     """
-    check_batch(input_ids, attention_mask, completion_mask)
-    if not temperature > 0:
-        raise ConfigError(f"temperature must be > 0; got {temperature}.")
-    mask = completion_mask.bool()
-    batch_size, length = input_ids.shape
-    columns = mask.any(dim=0).nonzero()
-    first = max(int(columns[0]) if columns.numel() else length - 1, 1)  # first completion column of the batch
-    keep = length - first + 1  # logits at first-1 .. T-1 predict tokens first .. T-1 (and one past the end)
-    outputs = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep, use_cache=False)
-    logits = outputs.logits[:, -keep:-1, :].float()  # (B, T - first, V), fp32 for the log-softmax
-    if temperature != 1.0:
-        logits = logits / temperature
-    logps = selective_log_softmax(logits, input_ids[:, first:])  # (B, T - first)
-    full = torch.cat([logps.new_zeros(batch_size, first), logps], dim=1)  # (B, T)
-    return torch.where(mask, full, torch.zeros_like(full))
+    return sequence_logprobs(model, input_ids, attention_mask, completion_mask, temperature=temperature, fp32=True)
 
 
 def shared_prefix_per_token_logps(

@@ -40,6 +40,7 @@ def sequence_logprobs(
     completion_mask: torch.Tensor,
     *,
     temperature: float = 1.0,
+    fp32: bool = False,
 ) -> torch.Tensor:
     """Computes log pi(o_t | o_<t) of each completion token, zero elsewhere.
 
@@ -52,16 +53,18 @@ def sequence_logprobs(
         attention_mask: 1 on real tokens, shape (B, T).
         completion_mask: 1 on the tokens to score, shape (B, T); position 0 cannot be scored (it has no prefix).
         temperature: Logits are divided by it, matching the sampling distribution of the rollouts.
+        fp32: cast the logits to float32 before the log-softmax, whatever the model's dtype
+            (:func:`rolecall.optimizers.core.logprobs.per_token_logps`, what the trainer uses).
 
     Returns:
-        per_token_logps, shape (B, T), float; 0 where ``completion_mask`` is 0.
+        per_token_logps, shape (B, T), float (float32 with ``fp32``); 0 where ``completion_mask`` is 0.
 
     Raises:
         ValueError: If the shapes disagree or ``completion_mask`` marks position 0.
         ConfigError: If ``temperature`` is not positive.
     """
     check_batch(input_ids, attention_mask, completion_mask)
-    if temperature <= 0:
+    if not temperature > 0:
         raise ConfigError(f"temperature must be > 0; got {temperature}.")
     mask = completion_mask.bool()  # (B, T)
     batch_size, length = input_ids.shape
@@ -71,6 +74,8 @@ def sequence_logprobs(
     keep = length - first + 1  # logits at positions first-1 .. T-1 predict tokens first .. T-1 (and one past the end)
     outputs = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep, use_cache=False)
     logits = outputs.logits[:, -keep:-1, :]  # (B, T - first, V); slicing also covers models that ignore the keep hint
+    if fp32:
+        logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     logps = selective_log_softmax(logits, input_ids[:, first:])  # (B, T - first)
