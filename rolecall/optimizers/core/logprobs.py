@@ -17,10 +17,9 @@ from typing import Any
 import torch
 
 from rolecall.optimizers.core.grpo.logprobs import (
-    adapter_active,
-    adapters_disabled,
     build_completion_batch,
     check_batch,
+    ref_logprobs,
     sequence_logprobs,
 )
 from rolecall.optimizers.core.grpo.loss import selective_log_softmax
@@ -144,9 +143,9 @@ def reference_per_token_logps(
         TypeError: If ``model`` is not a PEFT model.
         ConfigError: If ``adapter`` is not loaded.
     """
-    context = adapters_disabled(model) if adapter is None else adapter_active(model, adapter)
-    with torch.no_grad(), context:
-        return per_token_logps(model, input_ids, attention_mask, completion_mask, temperature=temperature)
+    return ref_logprobs(
+        model, input_ids, attention_mask, completion_mask, adapter=adapter, temperature=temperature, fp32=True
+    )
 
 
 def store_reference_logps(

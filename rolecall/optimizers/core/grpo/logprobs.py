@@ -92,6 +92,7 @@ def ref_logprobs(
     *,
     adapter: str | None = None,
     temperature: float = 1.0,
+    fp32: bool = False,
 ) -> torch.Tensor:
     """Computes reference log-probs log pi_ref(o_t | o_<t) without gradient.
 
@@ -106,7 +107,7 @@ def ref_logprobs(
         attention_mask: Shape (B, T).
         completion_mask: Shape (B, T).
         adapter: The adapter to score with, or None for the base model.
-        temperature: As for :func:`sequence_logprobs`.
+        temperature, fp32: As for :func:`sequence_logprobs`.
 
     Returns:
         ref_per_token_logps, shape (B, T), detached; 0 where ``completion_mask`` is 0.
@@ -117,7 +118,9 @@ def ref_logprobs(
     """
     context = adapters_disabled(peft_model) if adapter is None else adapter_active(peft_model, adapter)
     with torch.no_grad(), context:
-        return sequence_logprobs(peft_model, input_ids, attention_mask, completion_mask, temperature=temperature)
+        return sequence_logprobs(
+            peft_model, input_ids, attention_mask, completion_mask, temperature=temperature, fp32=fp32
+        )
 
 
 @contextmanager
