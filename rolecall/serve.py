@@ -339,6 +339,53 @@ def _usage(prompt_tokens: int, completions: Sequence[Completion]) -> dict[str, i
     return {"prompt_tokens": prompt_tokens, "completion_tokens": generated, "total_tokens": prompt_tokens + generated}
 
 
+def _finish_reason(completion: Completion) -> str:
+    """The OpenAI ``finish_reason`` of a completion: ``stop`` (EOS or a stop string) or ``length`` (budget spent)."""
+    return "stop" if completion.finish_reason == "stop" else "length"
+
+
+def _generation_request(
+    sampling: Sampling,
+    prompt_ids: list[int],
+    *,
+    max_tokens: int,
+    seed: int | None,
+    logprobs: bool,
+    prefix_group: str | None = None,
+) -> GenerationRequest:
+    """One prompt's :class:`GenerationRequest` with the body's sampling fields."""
+    return GenerationRequest(
+        prompt_ids=prompt_ids,
+        n=sampling.n,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=max_tokens,
+        stop=sampling.stop,
+        seed=seed,
+        logprobs=logprobs,
+        prefix_group=prefix_group,
+    )
+
+
+def _response(
+    id_prefix: str,
+    kind: str,
+    model: str,
+    choices: list[dict[str, Any]],
+    prompt_tokens: int,
+    completions: Sequence[Completion],
+) -> dict[str, Any]:
+    """The OpenAI response envelope both generation endpoints answer with (``kind`` is its ``object``)."""
+    return {
+        "id": f"{id_prefix}-{uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": _usage(prompt_tokens, completions),
+    }
+
+
 def chat_completion(server: RolecallServer, body: dict[str, Any]) -> dict[str, Any]:
     """Answer a ``/v1/chat/completions`` body."""
     messages = messages_field(body.get("messages"))
@@ -353,13 +400,10 @@ def chat_completion(server: RolecallServer, body: dict[str, Any]) -> dict[str, A
         prompt_ids = server.backend.encode_messages(messages)
     except Exception as err:  # the chat template rejects the conversation (roles out of order, ...)
         raise bad_request(f"the chat template rejected these messages: {err}", "messages") from err
-    request = GenerationRequest(
-        prompt_ids=prompt_ids,
-        n=sampling.n,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
+    request = _generation_request(
+        sampling,
+        prompt_ids,
         max_tokens=server.budget(prompt_ids, sampling.max_tokens, "messages"),
-        stop=sampling.stop,
         seed=sampling.seed,
         logprobs=logprobs,
         prefix_group=prompt_group(messages),
@@ -369,19 +413,12 @@ def chat_completion(server: RolecallServer, body: dict[str, Any]) -> dict[str, A
         {
             "index": j,
             "message": {"role": "assistant", "content": c.text},
-            "finish_reason": "stop" if c.finish_reason == "stop" else "length",
+            "finish_reason": _finish_reason(c),
             "logprobs": _chat_logprobs(server, c, as_ids) if logprobs else None,
         }
         for j, c in enumerate(completions)
     ]
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": choices,
-        "usage": _usage(len(prompt_ids), completions),
-    }
+    return _response("chatcmpl", "chat.completion", model, choices, len(prompt_ids), completions)
 
 
 def _prompts(server: RolecallServer, value: Any) -> list[list[int]]:
@@ -417,13 +454,10 @@ def completion(server: RolecallServer, body: dict[str, Any]) -> dict[str, Any]:
     top = int_field(body, "logprobs", None, 0, MAX_LOGPROBS)
     as_ids = bool_field(body, "return_tokens_as_token_ids")
     requests = [
-        GenerationRequest(
-            prompt_ids=p,
-            n=sampling.n,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
+        _generation_request(
+            sampling,
+            p,
             max_tokens=server.budget(p, sampling.max_tokens, "prompt"),
-            stop=sampling.stop,
             seed=None if sampling.seed is None else sampling.seed + 1000 * i,
             logprobs=top is not None,
         )
@@ -434,20 +468,14 @@ def completion(server: RolecallServer, body: dict[str, Any]) -> dict[str, Any]:
         {
             "index": i * sampling.n + j,
             "text": c.text,
-            "finish_reason": "stop" if c.finish_reason == "stop" else "length",
+            "finish_reason": _finish_reason(c),
             "logprobs": _completion_logprobs(server, c, as_ids) if top is not None else None,
         }
         for i, completions in enumerate(results)
         for j, c in enumerate(completions)
     ]
-    return {
-        "id": f"cmpl-{uuid.uuid4().hex}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": choices,
-        "usage": _usage(sum(len(p) for p in prompts), [c for cs in results for c in cs]),
-    }
+    every = [c for cs in results for c in cs]
+    return _response("cmpl", "text_completion", model, choices, sum(len(p) for p in prompts), every)
 
 
 # ---------------------------------------------------------------------------------------------------- HTTP

@@ -245,36 +245,33 @@ class ContinuousBatcher(QueueBatcher):
     def _gather(self) -> list[tuple[GenerationRequest, Future]]:
         """Queued requests that fit in the running batch (blocking while there is nothing to do)."""
         if not self._rows and not self._waiting and not self._closing:
-            item = self._get()
-            if item is None:
-                self._closing = True
-            else:
-                self._waiting.append(item)
+            self._receive()
+            if not self._closing:
                 deadline = time.monotonic() + self.max_wait_s
                 while (timeout := deadline - time.monotonic()) > 0:
-                    try:
-                        item = self._get(timeout=timeout)
-                    except queue.Empty:
+                    if not self._receive(timeout=timeout) or self._closing:
                         break
-                    if item is None:
-                        self._closing = True
-                        break
-                    self._waiting.append(item)
-        while True:
-            try:
-                item = self._get(block=False)
-            except queue.Empty:
-                break
-            if item is None:
-                self._closing = True
-            else:
-                self._waiting.append(item)
+        while self._receive(block=False):
+            pass
         admitted, rows = [], sum(self._live)  # finished rows leave the batch when newcomers are merged in
         while self._waiting and (rows + self._waiting[0][0].n <= self.max_batch_rows or rows == 0):
             item = self._waiting.pop(0)
             admitted.append(item)
             rows += item[0].n
         return admitted
+
+    def _receive(self, block: bool = True, timeout: float | None = None) -> bool:
+        """Take the next queued item (as :meth:`_get`): a request joins ``_waiting``, the close signal sets
+        ``_closing``. False when nothing came in time."""
+        try:
+            item = self._get(block=block, timeout=timeout)
+        except queue.Empty:
+            return False
+        if item is None:
+            self._closing = True
+        else:
+            self._waiting.append(item)
+        return True
 
     def _loop(self) -> None:
         while True:

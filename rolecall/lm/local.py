@@ -17,6 +17,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from rolecall.lm.backend import ModelBackend
 from rolecall.lm.embedded import DEFAULT_LM
 from rolecall.lm.generation import Completion, GenerationRequest
 
-__all__ = ["LocalLM", "LocalEngine", "prompt_group"]
+__all__ = ["LocalLM", "LocalEngine", "SampleArgs", "prompt_group"]
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,23 @@ class LocalEngine:
     def load_state(cls, state: dict[str, Any]) -> LocalEngine:
         """Re-create an engine on a freshly loaded backend."""
         return cls(ModelBackend(state["model"]), adapter=state.get("adapter"))
+
+
+@dataclass(frozen=True)
+class SampleArgs:
+    """The arguments of :meth:`LocalLM.sample` for every conversation, the LM's defaults filled in."""
+
+    n: int
+    temperature: float
+    top_p: float
+    max_tokens: int
+    stop: tuple[str, ...]
+    seed: int | None
+    logprobs: bool
+
+    def seed_of(self, i: int) -> int | None:
+        """The seed of conversation ``i`` (its sample j then uses ``seed + j``)."""
+        return None if self.seed is None else self.seed + 1000 * i
 
 
 class LocalLM(dspy.LM):
@@ -265,23 +283,31 @@ class LocalLM(dspy.LM):
             ``n`` completions for one conversation, or a list of such lists for several.
         """
         single, conversations, temp, budget = self._sampling_plan(messages, temperature, max_tokens)
+        args = SampleArgs(
+            n=n, temperature=temp, top_p=top_p, max_tokens=budget, stop=tuple(stop), seed=seed, logprobs=logprobs
+        )
+        results = self._sample_conversations(conversations, args)
+        return results[0] if single else results
+
+    def _sample_conversations(self, conversations: list[Any], args: SampleArgs) -> list[list[Completion]]:
+        """:meth:`sample` over resolved arguments: ``args.n`` completions for each conversation (subclasses that
+        generate elsewhere override this, not :meth:`sample`)."""
         requests = [
             GenerationRequest(
                 prompt_ids=self.backend.encode_messages(conv),
-                n=n,
-                temperature=float(temp or 0.0),
-                top_p=top_p,
-                max_tokens=int(budget),
-                stop=tuple(stop),
-                seed=None if seed is None else seed + 1000 * i,
-                logprobs=logprobs,
+                n=args.n,
+                temperature=float(args.temperature or 0.0),
+                top_p=args.top_p,
+                max_tokens=int(args.max_tokens),
+                stop=args.stop,
+                seed=args.seed_of(i),
+                logprobs=args.logprobs,
                 adapter=self.adapter,
                 prefix_group=prompt_group(conv),
             )
             for i, conv in enumerate(conversations)
         ]
-        results = self.backend.generate(requests)
-        return results[0] if single else results
+        return self.backend.generate(requests)
 
     def _sampling_plan(
         self, messages: Any, temperature: float | None, max_tokens: int | None
@@ -299,28 +325,38 @@ class LocalLM(dspy.LM):
         """A view of this LM bound to LoRA adapter ``name`` (created on first use), sharing the base weights."""
         if not name or not isinstance(name, str):
             raise ValueError(f"adapter name must be a non-empty string, got {name!r}")
-        self.backend.ensure_adapter(name)
-        view = copy.copy(self)
-        view.history = []
-        view.callbacks = list(self.callbacks)
-        view.kwargs = dict(self.kwargs)
-        view.adapter = name
-        view.model = f"{self.model.split('@')[0]}@{name}"
-        view.cache = False  # adapter weights change during training, so cached answers would go stale
-        view._engine_spec = LocalEngine(self.backend, adapter=name)
-        view._async_engine_spec = None
-        return view
+        self._prepare_adapter(name)
+        return self._view(name)
 
     @property
     def base(self) -> LocalLM:
         """A view on the base model with no adapter."""
-        if self.adapter is None:
-            return self
+        return self if self.adapter is None else self._view(None)
+
+    def _prepare_adapter(self, name: str) -> None:
+        """Make adapter ``name`` ready to serve a view (:meth:`for_role`): created on the backend on first use."""
+        self.backend.ensure_adapter(name)
+
+    def _view(self, adapter: str | None) -> LocalLM:
+        """A copy of this LM bound to ``adapter`` (None: the base model), with its own history and kwargs."""
         view = copy.copy(self)
-        view.history, view.kwargs, view.adapter = [], dict(self.kwargs), None
-        view.model = self.model.split("@")[0]
-        view._engine_spec = LocalEngine(self.backend, adapter=None)
+        view.history, view.kwargs, view.adapter = [], dict(self.kwargs), adapter
+        view.model = self._view_model(adapter)
+        view._engine_spec = self._view_engine(adapter)
+        if adapter is not None:
+            view.callbacks = list(self.callbacks)
+            view.cache = False  # adapter weights change during training, so cached answers would go stale
+            view._async_engine_spec = None
         return view
+
+    def _view_model(self, adapter: str | None) -> str:
+        """The model name a view bound to ``adapter`` reports (``base@adapter``)."""
+        base = self.model.split("@")[0]
+        return base if adapter is None else f"{base}@{adapter}"
+
+    def _view_engine(self, adapter: str | None) -> Any:
+        """The engine a view bound to ``adapter`` answers with."""
+        return LocalEngine(self.backend, adapter=adapter)
 
     def save_adapter(self, path: str | Path, name: str | None = None) -> None:
         """Save adapter ``name`` (default: this view's) to ``path`` in PEFT format."""

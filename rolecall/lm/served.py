@@ -33,7 +33,6 @@ Example::
 from __future__ import annotations
 
 import contextvars
-import copy
 import logging
 import os
 import uuid
@@ -48,7 +47,7 @@ from rolecall.errors import ConfigError
 from rolecall.lm.adapter_sync import AdapterPublisher
 from rolecall.lm.embedded import DEFAULT_LM
 from rolecall.lm.generation import Completion
-from rolecall.lm.local import LocalLM, _request_messages
+from rolecall.lm.local import LocalLM, SampleArgs, _request_messages
 from rolecall.lm.openai_client import OpenAIClient, ServerError
 
 __all__ = ["ServedLM", "ServedEngine", "chat_payload", "completions_from_chat"]
@@ -247,54 +246,32 @@ class ServedLM(LocalLM):
         )
         for name in self.backend.adapters:  # adapters the backend had before: the server must have them too
             self.publisher.push(name)
-        self.model = f"served/{self.served_model_name}"
-        self._engine_spec = ServedEngine(self, self.served_model_name, adapter=None)
+        self.model = self._view_model(None)
+        self._engine_spec = self._view_engine(None)
         self._async_engine_spec = None
 
     # ------------------------------------------------------------------ views
-    def for_role(self, name: str) -> ServedLM:
-        """A view bound to LoRA adapter ``name``: created locally on first use and published to the server."""
-        if not name or not isinstance(name, str):
-            raise ValueError(f"adapter name must be a non-empty string, got {name!r}")
-        self.backend.ensure_adapter(name)
+    def _prepare_adapter(self, name: str) -> None:
+        """Adapter ``name`` for a view (:meth:`for_role`): created locally on first use and published to the
+        server."""
+        super()._prepare_adapter(name)
         self.publisher.push(name)
-        view = copy.copy(self)
-        view.history, view.callbacks, view.kwargs = [], list(self.callbacks), dict(self.kwargs)
-        view.adapter = name
-        view.model = f"served/{self.served_model_name}@{name}"
-        view.cache = False
-        view._engine_spec = ServedEngine(self, name, adapter=name)
-        view._async_engine_spec = None
-        return view
 
-    @property
-    def base(self) -> ServedLM:
-        """A view on the server's base model (no adapter)."""
-        if self.adapter is None:
-            return self
-        view = copy.copy(self)
-        view.history, view.kwargs, view.adapter = [], dict(self.kwargs), None
-        view.model = f"served/{self.served_model_name}"
-        view._engine_spec = ServedEngine(self, self.served_model_name, adapter=None)
-        return view
+    def _view_model(self, adapter: str | None) -> str:
+        """The model name a view reports: ``served/<served name>``, with ``@adapter`` when bound to one."""
+        base = f"served/{self.served_model_name}"
+        return base if adapter is None else f"{base}@{adapter}"
+
+    def _view_engine(self, adapter: str | None) -> Any:
+        """The engine a view answers with: the server's ``adapter`` (None: the server's base model)."""
+        return ServedEngine(self, adapter or self.served_model_name, adapter=adapter)
 
     # ------------------------------------------------------------------ group sampling
-    def sample(
-        self,
-        messages: Sequence[dict[str, str]] | Sequence[Sequence[dict[str, str]]],
-        *,
-        n: int = 1,
-        temperature: float | None = None,
-        top_p: float = 1.0,
-        max_tokens: int | None = None,
-        stop: Sequence[str] = (),
-        seed: int | None = None,
-        logprobs: bool = False,
-    ) -> list[Completion] | list[list[Completion]]:
-        """``n`` completions per conversation from the server, as :meth:`LocalLM.sample` (same arguments, same
+    def _sample_conversations(self, conversations: list[Any], args: SampleArgs) -> list[list[Completion]]:
+        """``args.n`` completions per conversation from the server, for :meth:`LocalLM.sample` (same arguments, same
         :class:`~rolecall.lm.generation.Completion` objects with the exact sampled token ids). Each conversation is
         one request whose ``n`` samples share the server's prefill; the conversations go concurrently."""
-        single, conversations, temp, budget = self._sampling_plan(messages, temperature, max_tokens)
+        n = args.n
         model_name = self.adapter or self.served_model_name
         if self.adapter is not None:
             self.publisher.push(self.adapter)
@@ -302,21 +279,20 @@ class ServedLM(LocalLM):
 
         def one(i: int) -> list[Completion]:
             body = self.client.chat(chat_payload(
-                conversations[i], model=model_name, n=n, temperature=temp, top_p=top_p,
-                max_tokens=budget, stop=stop, seed=None if seed is None else seed + 1000 * i, logprobs=True,
+                conversations[i], model=model_name, n=n, temperature=args.temperature, top_p=args.top_p,
+                max_tokens=args.max_tokens, stop=args.stop, seed=args.seed_of(i), logprobs=True,
             ))  # fmt: skip
             completions = completions_from_chat(body, self.tokenizer, eos)
             if len(completions) != n:
                 raise ServerError(f"asked the server for n={n} completions, got {len(completions)}")
-            if not logprobs:
+            if not args.logprobs:
                 for c in completions:
                     c.logprobs, c.tokens = None, []
             return completions
 
         contexts = [contextvars.copy_context() for _ in conversations]
         with ThreadPoolExecutor(max_workers=max(1, min(32, len(conversations)))) as pool:
-            results = list(pool.map(lambda i: contexts[i].run(one, i), range(len(conversations))))
-        return results[0] if single else results
+            return list(pool.map(lambda i: contexts[i].run(one, i), range(len(conversations))))
 
     # ------------------------------------------------------------------ bookkeeping
     def transport_metrics(self) -> dict[str, float]:

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dspy
+
+if TYPE_CHECKING:
+    from rolecall.data.types import Document
 
 __all__ = ["Passage", "Retriever", "format_passages", "NO_PASSAGES"]
 
@@ -31,6 +35,11 @@ class Passage:
     title: str
     text: str
     score: float = 0.0
+
+    @classmethod
+    def of(cls, doc: Document, score: float) -> Passage:
+        """Corpus document ``doc`` retrieved with ``score``."""
+        return cls(id=doc.id, title=doc.title, text=doc.text, score=score)
 
     def format(self) -> str:
         """``"title | text"``, the way programs show a passage to an LM."""
@@ -82,6 +91,28 @@ class Retriever(ABC):
     def _live_queries(queries: Sequence[str]) -> list[int]:
         """Positions of the queries with something to search for (non-empty, non-blank strings)."""
         return [i for i, q in enumerate(queries) if isinstance(q, str) and q.strip()]
+
+    def _retrieve_live(
+        self,
+        queries: Sequence[str],
+        k: int | None,
+        corpus_size: int,
+        search: Callable[[list[str], int], Sequence[list[Passage]]],
+    ) -> list[list[Passage]]:
+        """The frame of a batch retrieval: ``k`` resolved (:meth:`_resolve_k`), ``[]`` for each empty or blank query,
+        and ``search(texts, k)`` called once with the other queries, returning their passages in order.
+
+        Raises:
+            ValueError: if ``k`` is smaller than 1.
+        """
+        k = self._resolve_k(k, corpus_size)
+        results: list[list[Passage]] = [[] for _ in queries]
+        live = self._live_queries(queries)
+        if not live:
+            return results
+        for qi, passages in zip(live, search([queries[i] for i in live], k), strict=True):
+            results[qi] = passages
+        return results
 
     @abstractmethod
     def save(self, path: str | Path) -> None:

@@ -24,7 +24,16 @@ from rolecall.data.types import Document
 from rolecall.errors import ConfigError, RetrieverError
 from rolecall.retrievers.base import Passage, Retriever
 
-__all__ = ["BM25", "BM25Method", "as_documents", "write_corpus", "read_corpus", "write_config", "read_config"]
+__all__ = [
+    "BM25",
+    "BM25Method",
+    "as_documents",
+    "write_corpus",
+    "read_corpus",
+    "write_config",
+    "read_config",
+    "read_saved",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -107,22 +116,42 @@ def write_config(path: Path, config: dict[str, Any]) -> None:
     path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def _read_json(path: Path, *, missing: str = "; re-save the retriever.") -> Any:
+    """The JSON value in ``path``.
+
+    Raises:
+        RetrieverError: naming the file when it is missing (the message ends with ``missing``) or not UTF-8 JSON.
+    """
+    if not path.is_file():
+        raise RetrieverError(f"{path} is missing{missing}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise RetrieverError(f"{path} is corrupt ({err}); re-save the retriever.") from err
+
+
 def read_config(path: Path, retriever: str) -> dict[str, Any]:
     """Read a config written by :func:`write_config` and check it belongs to a ``retriever`` index.
 
     Raises:
         RetrieverError: naming the file when it is missing, malformed or written by another retriever.
     """
-    if not path.is_file():
-        raise RetrieverError(f"{path} is missing: this directory does not hold a saved {retriever} retriever.")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise RetrieverError(f"{path} is corrupt ({err}); re-save the retriever.") from err
+    config = _read_json(path, missing=f": this directory does not hold a saved {retriever} retriever.")
     if not isinstance(config, dict) or config.get("retriever") != retriever:
         found = config.get("retriever") if isinstance(config, dict) else type(config).__name__
         raise RetrieverError(f"{path} describes a {found!r} retriever, not {retriever!r}; load it with that class.")
     return config
+
+
+def read_saved(path: str | Path, retriever: str) -> tuple[Path, dict[str, Any], list[Document]]:
+    """The config file, its config and the corpus of a ``retriever`` index saved in directory ``path``.
+
+    Raises:
+        RetrieverError: naming the file when one is missing, malformed or written by another retriever.
+    """
+    config_file = Path(path) / _CONFIG_NAME
+    config = read_config(config_file, retriever)
+    return config_file, config, read_corpus(Path(path) / _CORPUS_NAME)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -238,15 +267,11 @@ class BM25(Retriever):
         drop_zero = self._bm25.nonoccurrence_array is None  # bm25l / bm25+ give every document a positive score
         for row, qi in enumerate(live):
             results[qi] = [
-                self._passage(int(idx), float(score))
+                Passage.of(self.docs[int(idx)], float(score))
                 for idx, score in zip(indices[row], scores[row], strict=True)
                 if not (drop_zero and score == 0.0)
             ]
         return results
-
-    def _passage(self, idx: int, score: float) -> Passage:
-        d = self.docs[idx]
-        return Passage(id=d.id, title=d.title, text=d.text, score=score)
 
     def save(self, path: str | Path) -> None:
         """Write ``config.json``, ``corpus.jsonl`` and the bm25s arrays (``.npy``/``.json``, no pickle) to ``path``."""
@@ -334,12 +359,7 @@ def _check_bm25s_files(index_dir: Path, *, n_docs: int) -> None:
             raise RetrieverError(f"{file} is corrupt ({err}); re-save the retriever.") from err
     for name in _BM25S_JSON:
         file = index_dir / name
-        if not file.is_file():
-            raise RetrieverError(f"{file} is missing; re-save the retriever.")
-        try:
-            content = json.loads(file.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise RetrieverError(f"{file} is corrupt ({err}); re-save the retriever.") from err
+        content = _read_json(file)
         if name == "params.index.json" and content.get("num_docs") != n_docs:
             raise RetrieverError(
                 f"{file} indexes {content.get('num_docs')} documents but the saved corpus has {n_docs}; re-save."

@@ -25,7 +25,7 @@ from typing import Any, Literal, get_args
 
 from rolecall.errors import ConfigError, RetrieverError
 from rolecall.retrievers.base import Passage, Retriever
-from rolecall.retrievers.bm25 import as_documents, read_config, read_corpus, write_config, write_corpus
+from rolecall.retrievers.bm25 import as_documents, read_saved, write_config, write_corpus
 from rolecall.retrievers.colbert_index import PLAID_MIN_EMBEDDINGS, ExactIndex, PlaidIndex, import_pylate
 
 __all__ = ["ColBERTRetriever", "ColBERTIndexKind", "colbert_model", "document_text"]
@@ -260,23 +260,19 @@ class ColBERTRetriever(Retriever):
         Raises:
             ValueError: if ``k`` is smaller than 1.
         """
-        k = self._resolve_k(k, len(self.docs))
-        results: list[list[Passage]] = [[] for _ in queries]
-        live = self._live_queries(queries)
-        if not live:
-            return results
+        return self._retrieve_live(queries, k, len(self.docs), self._search)
+
+    def _search(self, texts: list[str], k: int) -> list[list[Passage]]:
+        """The top-``k`` passages of each non-empty query: encoded as one batch, then searched one by one."""
         encoded = self.model.encode_query(
-            [queries[i] for i in live], batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=False
+            texts, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=False
         )  # Q tensors of (query_length, dim)
         exhaustive = k >= len(self.docs)
-        for qi, query in zip(live, encoded, strict=True):
+        results = []
+        for query in encoded:
             ids, scores = self._index.search(query, k, exhaustive=exhaustive)
-            results[qi] = [self._passage(i, s) for i, s in zip(ids, scores, strict=True)]
+            results.append([Passage.of(self.docs[i], s) for i, s in zip(ids, scores, strict=True)])
         return results
-
-    def _passage(self, idx: int, score: float) -> Passage:
-        d = self.docs[idx]
-        return Passage(id=d.id, title=d.title, text=d.text, score=score)
 
     # -- persistence ------------------------------------------------------------------------------------------------
 
@@ -318,9 +314,7 @@ class ColBERTRetriever(Retriever):
             RetrieverError: naming the file when one is missing, corrupt or inconsistent with the others.
         """
         path = Path(path)
-        config_file = path / _CONFIG_NAME
-        config = read_config(config_file, "colbert")
-        docs = read_corpus(path / _CORPUS_NAME)
+        config_file, config, docs = read_saved(path, "colbert")
         self = cls.__new__(cls)
         try:
             self._params = _check_params(

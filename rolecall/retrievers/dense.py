@@ -21,7 +21,7 @@ import numpy as np
 
 from rolecall.errors import ConfigError, RetrieverError
 from rolecall.retrievers.base import Passage, Retriever
-from rolecall.retrievers.bm25 import as_documents, read_config, read_corpus, write_config, write_corpus
+from rolecall.retrievers.bm25 import as_documents, read_saved, write_config, write_corpus
 
 __all__ = ["DenseRetriever", "IndexKind"]
 
@@ -222,26 +222,18 @@ class DenseRetriever(Retriever):
         Raises:
             ValueError: if ``k`` is smaller than 1.
         """
-        k = self._resolve_k(k, len(self.docs))
-        results: list[list[Passage]] = [[] for _ in queries]
-        live = self._live_queries(queries)
-        if not live:
-            return results
-        vectors = self._encode([queries[i] for i in live])  # (Q, d)
+        return self._retrieve_live(queries, k, len(self.docs), self._search)
+
+    def _search(self, texts: list[str], k: int) -> list[list[Passage]]:
+        """The top-``k`` passages of each non-empty query, encoded and searched as one batch."""
+        vectors = self._encode(texts)  # (Q, d)
         if self.resolved_index == "hnsw" and not self._on_gpu:
             self._index.hnsw.efSearch = max(_HNSW_EF_SEARCH, k)
         scores, indices = self._index.search(vectors, k)  # (Q, k), (Q, k); -1 marks a missing hit
-        for row, qi in enumerate(live):
-            results[qi] = [
-                self._passage(int(idx), float(score))
-                for idx, score in zip(indices[row], scores[row], strict=True)
-                if idx >= 0
-            ]
-        return results
-
-    def _passage(self, idx: int, score: float) -> Passage:
-        d = self.docs[idx]
-        return Passage(id=d.id, title=d.title, text=d.text, score=score)
+        return [
+            [Passage.of(self.docs[int(idx)], float(score)) for idx, score in zip(ids, row, strict=True) if idx >= 0]
+            for ids, row in zip(indices, scores, strict=True)
+        ]
 
     # -- persistence ------------------------------------------------------------------------------------------------
 
@@ -285,9 +277,7 @@ class DenseRetriever(Retriever):
             RetrieverError: naming the file when one is missing, corrupt or inconsistent with the others.
         """
         path = Path(path)
-        config_file = path / _CONFIG_NAME
-        config = read_config(config_file, "dense")
-        docs = read_corpus(path / _CORPUS_NAME)
+        config_file, config, docs = read_saved(path, "dense")
         index_file = path / _INDEX_NAME
         if not index_file.is_file():
             raise RetrieverError(f"{index_file} is missing; re-save the retriever.")

@@ -46,22 +46,17 @@ def _value(type_text: str, name: str, answer: str, description: str = "") -> str
     return answer if name in ("answer", "query") else f"{name.replace('_', ' ')}: {answer}"
 
 
-class _SchemaEngine:
-    def __init__(self, answer: str) -> None:
-        self.answer = answer
-        self.calls = 0
+class _TextEngine:
+    """A DSPy engine whose completion is the text :meth:`text` returns for a request (no usage, always ``stop``)."""
+
+    def text(self, request: Any) -> str:
+        raise NotImplementedError
 
     def complete(self, request: Any) -> Response:
-        system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system or ())
-        outputs = system.split("Your output fields are:", 1)[-1].split("All interactions", 1)[0]
-        fields = _FIELD.findall(outputs)
-        self.calls += 1
-        text = "".join(f"[[ ## {name} ## ]]\n{_value(t, name, self.answer, d)}\n\n" for name, t, d in fields)
-        text += "[[ ## completed ## ]]"
         return Response(
             id=None,
             model=request.model,
-            message=Message.assistant([TextPart(text)]),
+            message=Message.assistant([TextPart(self.text(request))]),
             finish_reason="stop",
             usage=Usage(input_tokens=0, output_tokens=0, total_tokens=0),
         )
@@ -73,6 +68,20 @@ class _SchemaEngine:
 
     def close(self) -> None:
         pass
+
+
+class _SchemaEngine(_TextEngine):
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.calls = 0
+
+    def text(self, request: Any) -> str:
+        system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system or ())
+        outputs = system.split("Your output fields are:", 1)[-1].split("All interactions", 1)[0]
+        fields = _FIELD.findall(outputs)
+        self.calls += 1
+        text = "".join(f"[[ ## {name} ## ]]\n{_value(t, name, self.answer, d)}\n\n" for name, t, d in fields)
+        return text + "[[ ## completed ## ]]"
 
 
 class SchemaLM(dspy.LM):
@@ -98,31 +107,17 @@ class SchemaLM(dspy.LM):
         return self.engine_impl.calls
 
 
-class _ScriptedEngine:
+class _ScriptedEngine(_TextEngine):
     def __init__(self, texts: list[str]) -> None:
         self.texts = list(texts) or [""]
         self.calls = 0
         self._lock = threading.Lock()
 
-    def complete(self, request: Any) -> Response:
+    def text(self, request: Any) -> str:
         with self._lock:
             text = self.texts[self.calls % len(self.texts)]
             self.calls += 1
-        return Response(
-            id=None,
-            model=request.model,
-            message=Message.assistant([TextPart(text)]),
-            finish_reason="stop",
-            usage=Usage(input_tokens=0, output_tokens=0, total_tokens=0),
-        )
-
-    def stream(self, request: Any):
-        from dspy.lm15 import response_to_events
-
-        return response_to_events(self.complete(request))
-
-    def close(self) -> None:
-        pass
+        return text
 
 
 class ScriptedTextLM(dspy.LM):

@@ -175,15 +175,25 @@ def entity_documents(graph: EntityGraph) -> list[Document]:
     return [Document(id=e.key, title=e.name, text=" ".join(_WRITERS[e.kind](graph, e))) for e in graph.values()]
 
 
-def _festival(rng: random.Random, graph: EntityGraph, names: NameFactory) -> tuple[str, str] | None:
-    films = graph.of_kind("film")
-    f1 = rng.choice(films)
-    year = f1.get("release_year")
-    earlier = [f for f in films if f.get("release_year") <= year and f.key != f1.key]
-    jurors = [p for p in graph.of_kind("person") if p.get("birth_year") <= year - 30]
-    if not earlier or not jurors:
+def _award(rng: random.Random, graph: EntityGraph, kind: str, year_field: str) -> tuple[Entity, Entity, Entity] | None:
+    """A work of ``kind`` (its ``year_field`` is the award's year), an earlier or same-year work of that kind, and a
+    person at least 30 that year who hands out the award; None when there is no such pair or person."""
+    works = graph.of_kind(kind)
+    w1 = rng.choice(works)
+    year = w1.get(year_field)
+    earlier = [w for w in works if w.get(year_field) <= year and w.key != w1.key]
+    elders = [p for p in graph.of_kind("person") if p.get("birth_year") <= year - 30]
+    if not earlier or not elders:
         return None
-    f2, juror, city = rng.choice(earlier), rng.choice(jurors), rng.choice(graph.of_kind("city"))
+    return w1, rng.choice(earlier), rng.choice(elders)
+
+
+def _festival(rng: random.Random, graph: EntityGraph, names: NameFactory) -> tuple[str, str] | None:
+    cast = _award(rng, graph, "film", "release_year")
+    if cast is None:
+        return None
+    (f1, f2, juror), city = cast, rng.choice(graph.of_kind("city"))
+    year = f1.get("release_year")
     n = graph.name
     title = f"{year} {city.name} Film Festival"
     return title, (
@@ -195,14 +205,11 @@ def _festival(rng: random.Random, graph: EntityGraph, names: NameFactory) -> tup
 
 
 def _prize(rng: random.Random, graph: EntityGraph, names: NameFactory) -> tuple[str, str] | None:
-    books = graph.of_kind("book")
-    b1 = rng.choice(books)
-    year = b1.get("publication_year")
-    earlier = [b for b in books if b.get("publication_year") <= year and b.key != b1.key]
-    presenters = [p for p in graph.of_kind("person") if p.get("birth_year") <= year - 30]
-    if not earlier or not presenters:
+    cast = _award(rng, graph, "book", "publication_year")
+    if cast is None:
         return None
-    b2, presenter = rng.choice(earlier), rng.choice(presenters)
+    b1, b2, presenter = cast
+    year = b1.get("publication_year")
     n = graph.name
     title = f"{year} {names.word((2, 2))} Prize"
     return title, (

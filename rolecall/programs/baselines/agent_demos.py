@@ -25,9 +25,10 @@ from rolecall.programs.baselines.search_r1_actions import NO_SEARCHES_YET, Searc
 from rolecall.programs.core.demo_source import (
     as_corpus_mapping,
     demo_passages,
-    distractor_docs,
     docs_by_id,
     filled_steps,
+    gold_and_noise,
+    interleave,
     select_examples,
 )
 from rolecall.programs.core.demos import built_in_demos
@@ -54,9 +55,8 @@ def _episode(example: Example, corpus: Mapping[str, Document], rng: random.Rando
     """The gold search episode of ``example``: per hop its query, gold answer and observation (gold + distractor)."""
     turns = []
     for i, (question, step) in enumerate(filled_steps(example)):
-        gold = docs_by_id(corpus, step.supporting_ids)[:1]
-        noise = distractor_docs(corpus, step.supporting_ids, 1, rng)
-        shown = gold + noise if i % 2 == 0 else noise + gold
+        gold, noise = gold_and_noise(corpus, step.supporting_ids, rng)
+        shown = interleave(gold, noise, i)
         turns.append(
             {"query": question, "answer": step.answer, "observation": demo_passages(shown), "gold": demo_passages(gold)}
         )

@@ -13,8 +13,8 @@ import dspy
 
 from rolecall.programs.baselines.direct_demos import default_cot_demos, default_rag_demos
 from rolecall.programs.core.options import PassageOptions, ProgramOptions, option
+from rolecall.programs.core.passage_program import PassageProgram
 from rolecall.programs.core.program import Program
-from rolecall.programs.core.text import format_passages
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.signatures.baselines import AnswerFromPassages, AnswerQuestion
 
@@ -59,7 +59,7 @@ class SingleStepRAGOptions(PassageOptions):
     """Passages retrieved with the question."""
 
 
-class SingleStepRAG(Program):
+class SingleStepRAG(PassageProgram):
     """Retrieve once with the question, then answer with chain of thought over the passages.
 
     Options: :class:`SingleStepRAGOptions`; other arguments: :class:`Program`.
@@ -70,8 +70,6 @@ class SingleStepRAG(Program):
     MAX_TOKENS: ClassVar[dict[str, int]] = _COT_TOKENS
 
     top_k: int
-    max_passage_chars: int
-    max_context_chars: int
 
     def _build_roles(self) -> None:
         self.answer = dspy.ChainOfThought(AnswerFromPassages)
@@ -82,6 +80,6 @@ class SingleStepRAG(Program):
 
     def _run(self, question: str, trajectory: Trajectory) -> dspy.Prediction:
         passages = self.retrieve(trajectory, question, self.top_k)
-        shown = format_passages(passages, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars)
+        shown = self.show_passages(passages)
         pred = self.call_role("answer", trajectory, question=question, passages=shown)
         return dspy.Prediction(answer=_answer_of(pred), trajectory=trajectory)

@@ -12,9 +12,8 @@ from rolecall.data.types import Document, Example
 from rolecall.programs.core.demo_source import (
     as_corpus_mapping,
     demo_passages,
-    distractor_docs,
-    docs_by_id,
     filled_steps,
+    gold_and_noise,
     select_examples,
 )
 from rolecall.programs.core.demos import built_in_demos
@@ -47,7 +46,8 @@ def rag_demos(
     rng = random.Random(seed)
     out = []
     for e in select_examples(examples, n):
-        docs = docs_by_id(corpus, e.supporting_ids)[:2] + distractor_docs(corpus, e.supporting_ids, 1, rng)
+        gold, noise = gold_and_noise(corpus, e.supporting_ids, rng, n_gold=2)
+        docs = gold + noise
         out.append(
             dspy.Example(
                 question=e.question, passages=demo_passages(docs), reasoning=_reasoning(e), answer=e.answer

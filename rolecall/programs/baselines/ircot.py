@@ -25,9 +25,8 @@ import dspy
 from rolecall.programs.baselines.chains import NO_REASONING, answer_after_cue, first_sentence, has_answer_cue
 from rolecall.programs.baselines.iterative_demos import default_ircot_demos
 from rolecall.programs.core.options import PassageOptions, option
-from rolecall.programs.core.program import Program
+from rolecall.programs.core.passage_program import PassageProgram
 from rolecall.programs.core.search import Observation, SearchAction, SearchLoop
-from rolecall.programs.core.text import format_passages
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.retrievers.base import Passage
 from rolecall.signatures.baselines import AnswerFromReasoning, NextReasoningSentence
@@ -69,7 +68,7 @@ class _Chain:
     collected: list[Passage] = field(default_factory=list)
 
 
-class IRCoT(Program):
+class IRCoT(PassageProgram):
     """Interleaving Retrieval with Chain-of-Thought: each reasoning sentence is the next retrieval query.
 
     Trivedi et al., "Interleaving Retrieval with Chain-of-Thought Reasoning for Knowledge-Intensive Multi-Step
@@ -91,8 +90,6 @@ class IRCoT(Program):
     top_k: int
     max_steps: int
     max_passages: int
-    max_passage_chars: int
-    max_context_chars: int
     interleave: bool
     reader: bool
 
@@ -161,7 +158,7 @@ class IRCoT(Program):
         chain.collected[:] = (fresh + [p for p in chain.collected if p.id not in ids])[: self.max_passages]
 
     def _show(self, passages: list[Passage]) -> str:
-        return format_passages(passages, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars)
+        return self.show_passages(passages)
 
     def _answer(self, chain: _Chain, reasoning: str, concluded: bool, trajectory: Trajectory) -> str:
         """The reader's answer, else (reader off, or it gave none) the answer the chain states after the cue."""

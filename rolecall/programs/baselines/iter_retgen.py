@@ -22,8 +22,7 @@ import dspy
 
 from rolecall.programs.baselines.iterative_demos import default_iter_retgen_demos
 from rolecall.programs.core.options import PassageOptions, option
-from rolecall.programs.core.program import Program
-from rolecall.programs.core.text import format_passages
+from rolecall.programs.core.passage_program import PassageProgram
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.signatures.baselines import GenerateWithPassages
 from rolecall.signatures.types import is_null_answer
@@ -52,7 +51,7 @@ class IterRetGenOptions(PassageOptions):
     converges records ``budget_exhausted``. Off in the paper."""
 
 
-class IterRetGen(Program):
+class IterRetGen(PassageProgram):
     """Iter-RetGen: alternate retrieval and chain-of-thought generation, querying with question + last generation.
 
     Shao et al., "Enhancing Retrieval-Augmented Large Language Models with Iterative Retrieval-Generation Synergy",
@@ -77,8 +76,6 @@ class IterRetGen(Program):
     iterations: int
     query_with: QueryWith
     stop_when_stable: bool
-    max_passage_chars: int
-    max_context_chars: int
 
     def _build_roles(self) -> None:
         self.generate = dspy.ChainOfThought(GenerateWithPassages)
@@ -97,7 +94,7 @@ class IterRetGen(Program):
             query = f"{question} {feedback}".strip()
             passages = self.retrieve(trajectory, query, self.top_k)
             trajectory.steps[-1].meta.update(iteration=t)
-            shown = format_passages(passages, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars)
+            shown = self.show_passages(passages)
             pred = self.call_role("generate", trajectory, question=question, passages=shown)
             trajectory.steps[-1].meta.update(iteration=t, query=query)
             if pred is None:

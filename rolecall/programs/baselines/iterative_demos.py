@@ -30,6 +30,7 @@ from rolecall.programs.core.demo_source import (
     distractor_docs,
     docs_by_id,
     filled_steps,
+    gold_and_noise,
     select_examples,
 )
 from rolecall.programs.core.demos import built_in_demos
@@ -183,7 +184,8 @@ def self_ask_demos(
             )
         )
         question, step = filled_steps(e)[-1 - (k % len(steps))]
-        docs = docs_by_id(corpus, step.supporting_ids)[:1] + distractor_docs(corpus, step.supporting_ids, 1, rng)
+        gold, noise = gold_and_noise(corpus, step.supporting_ids, rng)
+        docs = gold + noise
         rng.shuffle(docs)
         demos["answer_followup"].append(
             dspy.Example(follow_up=question, passages=demo_passages(docs), answer=step.answer).with_inputs(

@@ -20,8 +20,7 @@ import dspy
 
 from rolecall.programs.baselines.agent_demos import default_react_demos
 from rolecall.programs.core.options import PassageOptions, option
-from rolecall.programs.core.program import Program
-from rolecall.programs.core.text import format_passages
+from rolecall.programs.core.passage_program import PassageProgram
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.retrievers.base import NO_PASSAGES
 from rolecall.signatures.baselines import REACT_HISTORY_FIELD, ReActQuestion
@@ -46,7 +45,7 @@ class ReActOptions(PassageOptions):
     """Most ``react`` turns (tool calls, ``finish`` included) before the answer is extracted."""
 
 
-class ReActAgent(Program):
+class ReActAgent(PassageProgram):
     """ReAct over the retriever: DSPy's own ``dspy.ReAct`` loop with roles ``react`` and ``extract``.
 
     Design: the program's roles are the two predictors of a ``dspy.ReAct`` built in :meth:`_build_roles` (``react``,
@@ -81,8 +80,6 @@ class ReActAgent(Program):
 
     top_k: int
     max_iters: int
-    max_passage_chars: int
-    max_context_chars: int
 
     def _build_roles(self) -> None:
         template = dspy.ReAct(ReActQuestion, tools=[self._search_tool(None)], max_iters=self.max_iters)
@@ -106,7 +103,7 @@ class ReActAgent(Program):
             runner.record.steps[-1].meta.update(iteration=runner.iteration, tool="search")
             if not passages:
                 return NO_PASSAGES
-            return format_passages(passages, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars)
+            return self.show_passages(passages)
 
         desc = (
             f"Search the corpus and return the top {self.top_k} passages for `query`, numbered as '[i] title | text'. "

@@ -36,9 +36,8 @@ from rolecall.programs.baselines.search_r1_actions import (
     render_turn,
 )
 from rolecall.programs.core.options import PassageOptions, option
-from rolecall.programs.core.program import Program
+from rolecall.programs.core.passage_program import PassageProgram
 from rolecall.programs.core.search import Observation, SearchAction, SearchLoop
-from rolecall.programs.core.text import format_passages
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.signatures.baselines import SearchR1Turn
 
@@ -77,7 +76,7 @@ class _Episode:
         return "\n".join(self.turns) if self.turns else NO_SEARCHES_YET
 
 
-class SearchR1Agent(Program):
+class SearchR1Agent(PassageProgram):
     """One agent that thinks, searches with ``<search>query</search>`` and ends with ``<answer>answer</answer>``.
 
     Jin et al., arXiv 2503.09516 (see the module docstring for the loop). Role ``agent`` (a ``Predict`` of
@@ -104,8 +103,6 @@ class SearchR1Agent(Program):
 
     top_k: int
     max_turns: int
-    max_passage_chars: int
-    max_context_chars: int
     strict_format: bool
     show_reasoning: bool
     force_answer: bool
@@ -156,9 +153,7 @@ class SearchR1Agent(Program):
 
     def _inform(self, observation: Observation, episode: _Episode) -> None:
         """Write the finished search turn, its passages inside ``<information>``, into the interaction."""
-        result = format_passages(
-            observation.passages, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars
-        )
+        result = self.show_passages(observation.passages)
         action = SearchR1Action(kind="search", content=observation.query, valid=True)
         episode.turns.append(render_turn(episode.reasoning, action, result, show_reasoning=self.show_reasoning))
 

@@ -27,10 +27,9 @@ import dspy
 from rolecall.programs.baselines.chains import format_history
 from rolecall.programs.baselines.iterative_demos import default_self_ask_demos
 from rolecall.programs.core.options import PassageOptions, option
+from rolecall.programs.core.passage_program import PassageProgram
 from rolecall.programs.core.plan import fill_placeholders
-from rolecall.programs.core.program import Program
 from rolecall.programs.core.search import Observation, SearchAction, SearchLoop
-from rolecall.programs.core.text import format_passages
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.signatures.baselines import AnswerFollowUp, AskFollowUp
 from rolecall.signatures.types import is_null_answer
@@ -64,7 +63,7 @@ class _History:
     pairs: list[tuple[str, str]] = field(default_factory=list)
 
 
-class SelfAsk(Program):
+class SelfAsk(PassageProgram):
     """Self-Ask: decompose the question into follow-up questions asked one at a time, each answered from retrieval.
 
     Press et al., "Measuring and Narrowing the Compositionality Gap in Language Models", Findings of EMNLP 2023
@@ -85,8 +84,6 @@ class SelfAsk(Program):
     top_k: int
     max_follow_ups: int
     use_retrieval: bool
-    max_passage_chars: int
-    max_context_chars: int
 
     def _build_roles(self) -> None:
         self.ask = dspy.Predict(AskFollowUp)
@@ -156,9 +153,7 @@ class SelfAsk(Program):
 
     def _answer_from(self, observation: Observation, history: _History, trajectory: Trajectory) -> None:
         """Answer a searched follow-up from its passages (the loop's observer)."""
-        shown = format_passages(
-            observation.passages, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars
-        )
+        shown = self.show_passages(observation.passages)
         observation.notes = self._answer_follow_up(observation.query, shown, observation.turn, trajectory)
         history.pairs.append((observation.query, observation.notes))
 

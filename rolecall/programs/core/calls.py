@@ -14,7 +14,7 @@ import re
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from dspy.utils.callback import BaseCallback
 
@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_J = TypeVar("_J", dict, list)
 
 COMPLETED_MARKER = "[[ ## completed ## ]]"
 """ChatAdapter's end-of-output marker. Role calls stop on it by default: small models otherwise keep generating after it
@@ -170,11 +172,8 @@ def read_sections(completion: str | None, names: Sequence[str]) -> dict[str, str
         return {}
     text = completion.strip()
     if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
+        data = _json_value(text, dict)
+        if data is not None:
             return {k: data[k] if isinstance(data[k], str) else json.dumps(data[k]) for k in names if k in data}
     headers = list(re.finditer(r"\[\[\s*##\s*(\w+)\s*##\s*\]\]", text))
     out: dict[str, str] = {}
@@ -186,15 +185,21 @@ def read_sections(completion: str | None, names: Sequence[str]) -> dict[str, str
     return out
 
 
+def _json_value(text: str, kind: type[_J]) -> _J | None:
+    """``text`` parsed as JSON when it is valid JSON of type ``kind`` (a dict, a list), else None."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, kind) else None
+
+
 def read_list(value: str) -> list[str]:
     """A list field written as JSON (``["a", "b"]``) or as one item per line."""
     value = value.strip()
     if value.startswith("["):
-        try:
-            data = json.loads(value)
-        except ValueError:
-            data = None
-        if isinstance(data, list):
+        data = _json_value(value, list)
+        if data is not None:
             return [str(x) for x in data]
         value = value.strip("[]")
     return [line.strip().strip('",').strip() for line in value.splitlines() if line.strip().strip('",').strip()]

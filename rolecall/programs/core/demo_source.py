@@ -32,6 +32,9 @@ __all__ = [
     "placeholder_plan",
     "docs_by_id",
     "distractor_docs",
+    "gold_and_noise",
+    "interleave",
+    "steps_with_gold",
     "demo_passages",
     "as_corpus_mapping",
     "DEMO_PASSAGE_CHARS",
@@ -96,6 +99,28 @@ def distractor_docs(corpus: Mapping[str, Document], avoid: Sequence[str], n: int
     """``n`` random documents of ``corpus`` whose ids are not in ``avoid`` (fewer when the corpus is small)."""
     pool = [d for d in corpus.values() if d.id not in set(avoid)]
     return rng.sample(pool, min(n, len(pool)))
+
+
+def gold_and_noise(
+    corpus: Mapping[str, Document], ids: Sequence[str], rng: random.Random, *, n_gold: int = 1, n_noise: int = 1
+) -> tuple[list[Document], list[Document]]:
+    """The first ``n_gold`` documents of ``ids`` found in ``corpus`` and ``n_noise`` distractors (other documents).
+
+    Naive equivalent: ``(docs_by_id(corpus, ids)[:n_gold], distractor_docs(corpus, ids, n_noise, rng))``.
+    """
+    return docs_by_id(corpus, ids)[:n_gold], distractor_docs(corpus, ids, n_noise, rng)
+
+
+def interleave(gold: list[Document], noise: list[Document], i: int) -> list[Document]:
+    """The passages of demo ``i``: the gold ones first in even demos and last in odd ones, so the demos do not teach
+    that the answer is always in the first passage."""
+    return gold + noise if i % 2 == 0 else noise + gold
+
+
+def steps_with_gold(examples: Sequence[Example], corpus: Mapping[str, Document]) -> list[tuple[str, SubStep]]:
+    """The filled gold sub-steps (:func:`filled_steps`) of each example, last step first, that have a supporting
+    document in ``corpus`` (demos of one sub-step: the last step's query holds a filled-in answer)."""
+    return [(q, s) for e in examples for q, s in reversed(filled_steps(e)) if docs_by_id(corpus, s.supporting_ids)]
 
 
 def demo_passages(docs: Sequence[Document]) -> str:

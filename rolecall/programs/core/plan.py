@@ -18,11 +18,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
 from rolecall.signatures.types import is_null_answer
+
+if TYPE_CHECKING:
+    from rolecall.programs.core.trajectory import Trajectory
 
 __all__ = [
     "Reference",
@@ -38,6 +41,7 @@ __all__ = [
     "hash_refs_to_placeholders",
     "to_answer_refs",
     "drop_repeats",
+    "truncate_plan",
 ]
 
 RefStyle = Literal["keep", "answer_ref", "hash"]
@@ -220,6 +224,18 @@ class Placeholder(BaseModel):
     text: str = Field(description="the placeholder exactly as written")
     type: str = Field(description="expected information type, e.g. entity, location, year")
     step: int = Field(ge=1, description="1-based index of the sub-goal whose answer fills it")
+
+
+_T = TypeVar("_T")
+
+
+def truncate_plan(plan: list[_T], keep: int, trajectory: Trajectory, **meta: Any) -> list[_T]:
+    """``plan`` cut to its first ``keep`` items; a cut is recorded as a ``plan_truncated`` event (``planned``,
+    ``kept`` and ``meta``). Naive equivalent: ``plan[:keep]``."""
+    if len(plan) <= keep:
+        return plan
+    trajectory.event("plan_truncated", planned=len(plan), kept=keep, **meta)
+    return plan[:keep]
 
 
 def find_placeholders(text: str) -> list[Placeholder]:

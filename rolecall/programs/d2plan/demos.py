@@ -30,6 +30,7 @@ from rolecall.programs.core.demo_source import (
     distractor_docs,
     docs_by_id,
     filled_steps,
+    interleave,
     select_examples,
 )
 from rolecall.programs.core.demos import built_in_demos
@@ -203,7 +204,7 @@ def _purifier_demos(
         else:
             noise = distractor_docs(corpus, step.supporting_ids, 1, rng)
             relevant, information = "yes", _key_sentence(gold[0], step.answer)
-            shown = gold + noise if i % 2 == 0 else noise + gold
+            shown = interleave(gold, noise, i)
         out.append(
             dspy.Example(
                 sub_question=question, passages=demo_passages(shown), relevant=relevant, information=information

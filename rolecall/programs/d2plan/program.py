@@ -31,7 +31,14 @@ from typing import ClassVar
 import dspy
 
 from rolecall.programs.core.options import PassageOptions, option
-from rolecall.programs.core.plan import PlanGraph, dependencies, drop_repeats, fill_references, find_references
+from rolecall.programs.core.plan import (
+    PlanGraph,
+    dependencies,
+    drop_repeats,
+    fill_references,
+    find_references,
+    truncate_plan,
+)
 from rolecall.programs.core.program import Program
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.programs.d2plan.context import ContextEntry, SubQuestion, format_context
@@ -174,9 +181,7 @@ class D2Plan(Program):
             plan, source, malformed = [question], "fallback", "empty plan"
         if malformed:
             trajectory.event("malformed_output", role="reasoner_plan", reason=malformed).error = malformed
-        if len(plan) > self.max_sub_questions:
-            trajectory.event("plan_truncated", planned=len(plan), kept=self.max_sub_questions)
-            plan = plan[: self.max_sub_questions]
+        plan = truncate_plan(plan, self.max_sub_questions, trajectory)
         is_multi_hop = complexity == "multi-hop"
         trajectory.event(
             "plan", complexity=complexity, is_multi_hop=is_multi_hop, plan=plan, size=len(plan), source=source
@@ -284,9 +289,7 @@ class D2Plan(Program):
         raw = list(pred.plan) if pred is not None and pred.plan else []
         revised = drop_repeats([str(s).strip() for s in raw if str(s).strip()], offset=i - 1, style="answer_ref")
         keep = max(1, self.max_sub_questions - (i - 1))
-        if len(revised) > keep:
-            trajectory.event("plan_truncated", planned=len(revised), kept=keep, sub_question=i)
-            revised = revised[:keep]
+        revised = truncate_plan(revised, keep, trajectory, sub_question=i)
         step = trajectory.event(
             "revision",
             sub_question=i,

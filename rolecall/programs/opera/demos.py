@@ -18,11 +18,12 @@ from rolecall.data.types import Document, Example
 from rolecall.programs.core.demo_source import (
     as_corpus_mapping,
     demo_passages,
-    distractor_docs,
-    docs_by_id,
     filled_steps,
+    gold_and_noise,
+    interleave,
     placeholder_plan,
     select_examples,
+    steps_with_gold,
 )
 from rolecall.programs.core.demos import built_in_demos
 
@@ -50,11 +51,10 @@ def opera_demos(
             dspy.Example(question=e.question, evidence=evidence, answer=e.answer).with_inputs("question", "evidence")
         )
     # analysis / rewrite use single sub-steps: the last step of each chosen example, then earlier ones
-    steps = [(q, s) for e in chosen for q, s in reversed(filled_steps(e)) if docs_by_id(corpus, s.supporting_ids)]
+    steps = steps_with_gold(chosen, corpus)
     for i, (question, step) in enumerate(steps[: max(n - 1, 1)]):
-        gold = docs_by_id(corpus, step.supporting_ids)[:1]
-        noise = distractor_docs(corpus, step.supporting_ids, 1, rng)
-        shown = gold + noise if i % 2 == 0 else noise + gold
+        gold, noise = gold_and_noise(corpus, step.supporting_ids, rng)
+        shown = interleave(gold, noise, i)
         demos["analysis"].append(
             dspy.Example(
                 sub_goal=question,
@@ -66,9 +66,10 @@ def opera_demos(
             ).with_inputs("sub_goal", "passages")
         )
     for i, (question, step) in enumerate(steps[:n]):
-        entity = docs_by_id(corpus, step.supporting_ids)[0].title
+        gold, distractors = gold_and_noise(corpus, step.supporting_ids, rng, n_noise=2)
+        entity = gold[0].title
         missing = f"a passage about {entity}"
-        noise = demo_passages(distractor_docs(corpus, step.supporting_ids, 2, rng))
+        noise = demo_passages(distractors)
         if i == 0 and n > 1:  # the negative analysis demo
             demos["analysis"].append(
                 dspy.Example(

@@ -32,9 +32,9 @@ import dspy
 from rolecall.errors import ConfigError
 from rolecall.programs.core.memo import OnceMemo
 from rolecall.programs.core.options import PassageOptions, option
-from rolecall.programs.core.plan import drop_repeats, fill_placeholders
-from rolecall.programs.core.program import Program
-from rolecall.programs.core.text import format_passages, show_fresh
+from rolecall.programs.core.passage_program import PassageProgram
+from rolecall.programs.core.plan import drop_repeats, fill_placeholders, truncate_plan
+from rolecall.programs.core.text import format_passages
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.programs.opera.demos import default_opera_demos
 from rolecall.retrievers.base import Passage
@@ -100,7 +100,7 @@ class _StepBudget:
     left: int
 
 
-class OPERA(Program):
+class OPERA(PassageProgram):
     """Orchestrated Planner-Executor Reasoning Architecture: Plan, Analysis-Answer and Rewrite agents over a retriever.
 
     Liu et al., "OPERA: A Reinforcement Learning-Enhanced Orchestrated Planner-Executor Architecture for
@@ -126,8 +126,6 @@ class OPERA(Program):
     max_rewrites: int
     max_steps: int
     max_sub_goals: int
-    max_passage_chars: int
-    max_context_chars: int
     use_plan_agent: bool
     use_rewrite: bool
     final_synthesis: bool
@@ -199,10 +197,7 @@ class OPERA(Program):
             reason = "plan unparseable" if pred is None else "plan empty"
             trajectory.event("plan_fallback", reason=reason)
             return [question]
-        if len(sub_goals) > self.max_sub_goals:
-            trajectory.event("plan_truncated", planned=len(sub_goals), kept=self.max_sub_goals)
-            sub_goals = sub_goals[: self.max_sub_goals]
-        return sub_goals
+        return truncate_plan(sub_goals, self.max_sub_goals, trajectory)
 
     def _solve(
         self, index: int, text: str, done: list[SubGoalResult], trajectory: Trajectory, budget: _StepBudget
@@ -225,9 +220,7 @@ class OPERA(Program):
             k = self.k_schedule[min(attempt, len(self.k_schedule) - 1)]
             retrieved = self.retrieve(trajectory, query, k)
             retrieval = trajectory.steps[-1]
-            passages, shown, shown_ids = show_fresh(
-                retrieved, result.seen_ids, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars
-            )
+            passages, shown, shown_ids = self.show_unseen_first(retrieved, result.seen_ids)
             retrieval.meta["shown_ids"] = shown_ids  # what the analysis agent saw (rewards and gold labels read it)
             pred = self.call_role("analysis", trajectory, sub_goal=filled, passages=shown)
             trajectory.steps[-1].meta.update(sub_goal=index, attempt=attempt, k=k)

@@ -33,8 +33,8 @@ import dspy
 
 from rolecall.programs.core.calls import read_list
 from rolecall.programs.core.parallel import run_branches
-from rolecall.programs.core.program import Program
-from rolecall.programs.core.text import show_fresh
+from rolecall.programs.core.passage_program import PassageProgram
+from rolecall.programs.core.plan import truncate_plan
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.programs.reap.demos import default_reap_demos
 from rolecall.programs.reap.options import REAPOptions
@@ -64,7 +64,7 @@ class RepairDecision:
     sub_questions: list[str]
 
 
-class REAP(Program):
+class REAP(PassageProgram):
     """Recursive Evaluation and Adaptive Planning: Decomposer, Fact Extractor, Re-Planner and Synthesizer roles around
     a rule-based Plan Updater.
 
@@ -149,10 +149,7 @@ class REAP(Program):
         if not tasks:
             trajectory.event("plan_fallback", reason="plan unparseable" if step.error else "plan empty")
             return [SubTask(id=1, question=question)]
-        if len(tasks) > self.max_sub_tasks:
-            trajectory.event("plan_truncated", planned=len(tasks), kept=self.max_sub_tasks)
-            tasks = tasks[: self.max_sub_tasks]
-        return tasks
+        return truncate_plan(tasks, self.max_sub_tasks, trajectory)
 
     # ------------------------------------------------------------------ one Planner-Extractor iteration
     def _iteration(
@@ -194,9 +191,7 @@ class REAP(Program):
             local.event("unresolved_placeholder", **meta, placeholders=node.unresolved)
         retrieved = self.retrieve(local, query, self.top_k)
         retrieval = local.steps[-1]
-        _, shown, shown_ids = show_fresh(
-            retrieved, node.seen_ids, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars
-        )
+        _, shown, shown_ids = self.show_unseen_first(retrieved, node.seen_ids)
         retrieval.meta.update(meta, shown_ids=shown_ids)
         known = _fact_lines(plan.lineage_facts(node, self.max_known_facts))
         pred = self.call_role("extractor", local, salvage=True, sub_question=query, known_facts=known, passages=shown)

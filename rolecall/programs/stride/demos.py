@@ -30,7 +30,9 @@ from rolecall.programs.core.demo_source import (
     demo_passages,
     distractor_docs,
     docs_by_id,
-    filled_steps,
+    gold_and_noise,
+    interleave,
+    steps_with_gold,
 )
 from rolecall.programs.core.demos import built_in_demos
 from rolecall.programs.stride.state import StrideState, format_facts
@@ -227,16 +229,16 @@ def _execution_demos(
     n: int,
 ) -> None:
     # single sub-steps: the last step of each chosen example first (its query holds a filled-in answer)
-    steps = [(q, s) for e in chosen for q, s in reversed(filled_steps(e)) if docs_by_id(corpus, s.supporting_ids)]
+    steps = steps_with_gold(chosen, corpus)
     for i, (question, step) in enumerate(steps[: max(n - 1, 1)]):
-        gold = docs_by_id(corpus, step.supporting_ids)[0]
-        noise = distractor_docs(corpus, step.supporting_ids, 1, rng)
+        golds, noise = gold_and_noise(corpus, step.supporting_ids, rng)
+        gold = golds[0]
         facts = _fact(gold, step.answer)
         query = question if i % 2 == 0 else gold.title  # a sub-question, then a rewrite-style entity query
         demos["extractor"].append(
             dspy.Example(
                 query=query,
-                passages=demo_passages([gold, *noise] if i % 2 == 0 else [*noise, gold]),
+                passages=demo_passages(interleave(golds, noise, i)),
                 facts=format_facts(facts),
             ).with_inputs("query", "passages")
         )

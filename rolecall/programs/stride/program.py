@@ -43,8 +43,8 @@ import dspy
 from rolecall.programs.core.calls import read_list
 from rolecall.programs.core.options import PassageOptions, option
 from rolecall.programs.core.parallel import run_branches
-from rolecall.programs.core.program import Program
-from rolecall.programs.core.text import format_passages, show_fresh
+from rolecall.programs.core.passage_program import PassageProgram
+from rolecall.programs.core.plan import truncate_plan
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.programs.stride.control import MAX_QUERY_CHARS, record_failure, supervise
 from rolecall.programs.stride.demos import default_stride_demos
@@ -90,7 +90,7 @@ class STRIDEOptions(PassageOptions):
     """False: "w/o Fallback", an unresolved run answers with the last solved sub-answer, or ""."""
 
 
-class STRIDE(Program):
+class STRIDE(PassageProgram):
     """Strategic Iterative Decision-making: Meta-Planner, Supervisor, Extractor, Reasoner and Fallback Reasoner.
 
     STRIDE (SIGIR 2026, ``seeds/stride.txt``). Roles: ``meta_planner`` (q -> General Strategy S_q over entity types),
@@ -194,9 +194,7 @@ class STRIDE(Program):
         if not sub_questions:
             trajectory.event("plan_fallback", reason="plan unparseable" if pred is None else "plan empty")
             sub_questions = [question]
-        if len(sub_questions) > self.max_sub_questions:
-            trajectory.event("plan_truncated", planned=len(sub_questions), kept=self.max_sub_questions)
-            sub_questions = sub_questions[: self.max_sub_questions]
+        sub_questions = truncate_plan(sub_questions, self.max_sub_questions, trajectory)
         state = self._read_plan(sub_questions, strategy, trajectory)
         step.meta.update(
             strategy=strategy,
@@ -301,9 +299,7 @@ class STRIDE(Program):
                 out.failure = "empty retrieval"
                 return
             seen = state.seen.setdefault(out.sq_id, set())  # a retry shows the passages it has not shown first
-            _, shown, shown_ids = show_fresh(
-                passages, seen, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars
-            )
+            _, shown, shown_ids = self.show_unseen_first(passages, seen)
             branch.steps[-1].meta["shown_ids"] = shown_ids
             evidence = self._evidence(directive.query, shown, branch, meta, out)
             if evidence is None:
@@ -346,7 +342,7 @@ class STRIDE(Program):
         trajectory.event("fallback", pending=state.pending, query=query)
         logger.debug("STRIDE unresolved after %d failures; fallback query %r", len(state.failures), query)
         passages = self.retrieve(trajectory, query, self.top_k)
-        shown = format_passages(passages, max_chars=self.max_passage_chars, max_total_chars=self.max_context_chars)
+        shown = self.show_passages(passages)
         facts = format_facts(state.all_facts(), max_chars=self.max_context_chars)
         pred = self.call_role(
             "fallback", trajectory, question=question, plan=state.render_plan(), facts=facts, passages=shown
