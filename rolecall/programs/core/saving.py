@@ -73,18 +73,27 @@ def save_program(program: ProgramLike, path: Path) -> None:
 
 
 def read_payload(path: Path) -> dict[str, Any]:
-    """The parsed ``program.json`` of a saved program directory.
+    """The parsed ``program.json`` of a saved program directory (format 1, before adapters were saved per adapter
+    group, or 2, the current one).
 
     Raises:
-        ModelLoadError: the file is missing or is not valid JSON.
+        ModelLoadError: the file is missing, is not valid JSON, or holds a format version this rolecall does not read
+            (the message names it and what to do).
     """
     file = path / STATE_FILE
     if not file.is_file():
         raise ModelLoadError(f"{file} does not exist; pass the directory written by Program.save")
     try:
-        return json.loads(file.read_text())
+        payload = json.loads(file.read_text())
     except ValueError as err:
         raise ModelLoadError(f"{file} is not valid JSON ({err}); save the program again") from err
+    version = payload.get("format_version", 1) if isinstance(payload, dict) else None
+    if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+        raise ModelLoadError(
+            f"{file} is a saved program of format version {version!r}; this rolecall reads versions 1 to "
+            f"{FORMAT_VERSION}: load it with the rolecall that saved it (or a newer one), or save the program again"
+        )
+    return payload
 
 
 def adapter_folder(path: Path, role: str, name: str) -> Path:
