@@ -49,6 +49,7 @@ from _common import (
     finished_training,
     parse_fields,
     repo_relative,
+    sft_optimizer,
     trained_once,
     with_fields,
     write_results,
@@ -130,7 +131,6 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    from rolecall import cli_compile
 
     parser = bench_parser(__doc__, "bench_compile")
     parser.add_argument("--programs", default="opera", help="comma-separated registry names (default: opera)")
@@ -156,7 +156,9 @@ def main() -> None:
     )
     parser.add_argument("--batch-size", type=int, default=2, help="SFT samples per forward pass (default 2)")
     parser.add_argument("--grad-accum", type=int, default=1, help="SFT micro-batches per optimizer step (default 1)")
-    parser.add_argument("--roles", default=None, metavar="ROLE[,ROLE]", help=cli_compile.ROLES_HELP)
+    parser.add_argument("--roles", default=None, metavar="ROLE[,ROLE]",
+                        help="SFT: train only these roles' adapters; the others keep their demos (default: "
+                        "every role with a target; on HotpotQA, OPERA's only gold role: synthesis)")  # fmt: skip
     parser.add_argument("--bfs-demos", type=int, default=3, help="BootstrapFewShot bootstrapped demos per role")
     parser.add_argument(
         "--bfs-teacher",
@@ -215,7 +217,6 @@ def main() -> None:
     if set(methods) - {"prompt", "bfs", "sft", "mapgrpo", "grpo"}:
         parser.error(f"--methods takes prompt, bfs, sft, mapgrpo and grpo; got {args.methods!r}")
 
-    from rolecall.cli_compile import sft_from_args
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import evaluate
     from rolecall.lm import LocalLM
@@ -271,7 +272,7 @@ def main() -> None:
             def train_sft(
                 name: str = name, folder: Path = folder, options: dict[str, Any] = options, lm: Any = lm
             ) -> tuple[Any, Any]:
-                sft = sft_from_args(args, folder)
+                sft = sft_optimizer(args, folder)
                 return build_program(name, retriever, lm, **options).compile(optimizer=sft, trainset=train), sft
 
             load = functools.partial(get_program_class(name).load, retriever=retriever, lm=lm)
@@ -364,7 +365,7 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
     if not reuse:
         shutil.rmtree(out, ignore_errors=True)  # a new training: the old program, records and curves go
     config = MAPGRPOConfig(stages=tuple(steps), steps=steps, group_size=args.group_size,
-                           inputs_per_step=args.inputs_per_step, time_budget_s=args.rl_minutes * 60,
+                           inputs_per_step=args.inputs_per_step, time_budget_minutes=args.rl_minutes,
                            expert_gradient=guided, num_threads=args.threads,
                            output_dir=out, seed=args.seed)  # fmt: skip
     config = with_fields(config, fields, "--rl-config")

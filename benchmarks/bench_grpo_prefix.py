@@ -60,7 +60,7 @@ def main() -> None:
     completion_tokens = sum(len(s.completion_ids) for s in samples)
     trainers = {}
     for shared in (False, True):
-        config = TrainerConfig(loss="grpo", grpo_loss_type="dapo", learning_rate=1e-5, kl_beta=0.0,
+        config = TrainerConfig(loss="grpo", loss_type="dapo", learning_rate=1e-5, kl_beta=0.0,
                                micro_batch_size=args.micro_batch, gradient_accumulation_steps=len(samples),
                                share_prompt_prefix=shared)  # fmt: skip
         trainers[shared] = AdapterTrainer(backend, f"{args.role}_{'shared' if shared else 'packed'}", config)

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     config = MAPGRPOConfig(
         group_size=args.group_size,
-        time_budget_s=args.budget_minutes * 60,
+        time_budget_minutes=args.budget_minutes,
         expert_gradient=True,  # off-policy guidance (c_best gets a gradient), not the paper's Eq. 11
         output_dir=run_dir,
         num_threads=args.threads,

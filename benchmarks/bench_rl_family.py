@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import bench_parser, trained_once, write_results
+from _common import bench_parser, sft_optimizer, trained_once, write_results
 
 RUNS = Path(__file__).resolve().parent.parent / "runs" / "bench_rl_family"
 CLAIMS = ("search_r1", "d2plan", "opd")
@@ -184,7 +184,6 @@ SFT(gold) warm start alone, and GRPO from it (the cold start D2Plan and OPERA us
 
 def run_search_r1(bench: Bench) -> None:
     """Prompt-only Search-R1 against Search-R1 trained with plain GRPO, from the base and from an SFT(gold) start."""
-    from rolecall.cli_compile import sft_from_args
     from rolecall.lm import LocalLM
     from rolecall.optimizers import SearchR1GRPO
     from rolecall.programs.registry import build_program, get_program_class
@@ -199,7 +198,7 @@ def run_search_r1(bench: Bench) -> None:
 
     def train_sft() -> tuple[Any, Any]:
         program = build_program("search_r1", bench.retriever, LocalLM())
-        optimizer = sft_from_args(_sft_args(args), sft_folder / "train", show_progress=False)
+        optimizer = sft_optimizer(args, sft_folder / "train", show_progress=False)
         return program.compile(optimizer=optimizer, trainset=bench.train), optimizer
 
     if any(m.startswith("SFT") for m in wanted):
@@ -218,7 +217,7 @@ def run_search_r1(bench: Bench) -> None:
                 program = cls.load(sft_folder / "program", retriever=bench.retriever, lm=LocalLM())
             else:
                 program = build_program("search_r1", bench.retriever, LocalLM())
-            optimizer = SearchR1GRPO(group_size=args.group_size, steps=10_000, time_budget_s=args.rl_minutes * 60,
+            optimizer = SearchR1GRPO(group_size=args.group_size, steps=10_000, time_budget_minutes=args.rl_minutes,
                                      graded_format="graded" in method, num_threads=args.threads,
                                      output_dir=folder / "train", resume=(folder / "train").is_dir(), seed=args.seed,
                                      show_progress=False)  # fmt: skip
@@ -240,7 +239,6 @@ def run_search_r1(bench: Bench) -> None:
 
 def run_d2plan(bench: Bench) -> None:
     """SFT(gold) D2Plan, then SPlanRL from it with and without the plan reward R_p."""
-    from rolecall.cli_compile import sft_from_args
     from rolecall.lm import LocalLM
     from rolecall.optimizers.splanrl import SPlanRL
     from rolecall.programs.registry import build_program, get_program_class
@@ -250,7 +248,7 @@ def run_d2plan(bench: Bench) -> None:
 
     def train_sft() -> tuple[Any, Any]:
         program = build_program("d2plan", bench.retriever, LocalLM())
-        optimizer = sft_from_args(_sft_args(args), sft_folder / "train", show_progress=False)
+        optimizer = sft_optimizer(args, sft_folder / "train", show_progress=False)
         return program.compile(optimizer=optimizer, trainset=bench.train), optimizer
 
     sft_program, sft_minutes, _ = bench.trained(sft_folder, cls, train_sft)
@@ -283,7 +281,6 @@ def run_d2plan(bench: Bench) -> None:
 
 def run_opd(bench: Bench) -> None:
     """The SFT(gold) team, then OPD and the outcome-only ablation from it, one Teacher for both."""
-    from rolecall.cli_compile import sft_from_args
     from rolecall.lm import LocalLM
     from rolecall.optimizers.opd import OPD, OPDConfig
     from rolecall.optimizers.opd_teacher import OPDTeacher, load_teacher
@@ -295,12 +292,12 @@ def run_opd(bench: Bench) -> None:
 
     def train_sft() -> tuple[Any, Any]:
         program = build_program("hierarchical_team", bench.retriever, LocalLM(), parameter_sharing="shared")
-        optimizer = sft_from_args(_sft_args(args), sft_folder / "train", show_progress=False)
+        optimizer = sft_optimizer(args, sft_folder / "train", show_progress=False)
         return program.compile(optimizer=optimizer, trainset=bench.train), optimizer
 
     def train_teacher() -> tuple[Any, Any]:
         cascade = build_program("cascaded_team", bench.retriever, LocalLM(), parameter_sharing="shared")
-        sft = sft_from_args(_sft_args(args), teacher_folder / "sft", show_progress=False)
+        sft = sft_optimizer(args, teacher_folder / "sft", show_progress=False)
         grpo = OPDTeacher(OPDConfig(group_size=args.group_size, teacher_steps=10_000,
                                     teacher_minutes=args.teacher_minutes, num_threads=args.threads, seed=args.seed,
                                     output_dir=str(teacher_folder), show_progress=False))  # fmt: skip
@@ -385,14 +382,6 @@ def _claims(rows: list[dict[str, Any]]) -> list[str]:
                        f"{verdict(sa >= sb and sb < s0)} (searches per question: start {s0:.2f}, OPD {sa:.2f}, "
                        f"outcome-only {sb:.2f})")  # fmt: skip
     return out
-
-
-def _sft_args(args: Any) -> Any:
-    """The flags :func:`rolecall.cli_compile.sft_from_args` reads, from this script's."""
-    from argparse import Namespace
-
-    return Namespace(epochs=args.epochs, max_steps=None, learning_rate=2e-3, lr_schedule="linear", batch_size=2,
-                     grad_accum=1, budget_minutes=args.sft_minutes, threads=args.threads)  # fmt: skip
 
 
 def main() -> None:

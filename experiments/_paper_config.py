@@ -45,69 +45,31 @@ class Method:
     """The optimizer settings a row's ``params`` may set."""
 
 
-METHODS: dict[str, Method] = {
-    "prompt-only": Method("prompt-only", trains=False),
-    "bootstrap_fewshot": Method("BootstrapFewShot", trains=True, needs="answers", params=("max_bootstrapped_demos",)),
-    "sft": Method("SFT(gold)", trains=True, needs="decomposition", params=("epochs", "learning_rate")),
-    "mapgrpo": Method(
-        "SFT + MAPGRPO",
-        trains=True,
-        needs="decomposition",
-        programs=("opera",),
-        warm_start="required",
-        params=("steps", "inputs_per_step", "expert_gradient"),
-    ),
-    "grpo": Method(
-        "SFT + GRPO",
-        trains=True,
-        needs="decomposition",
-        programs=("opera",),
-        warm_start="required",
-        params=("steps", "inputs_per_step"),
-    ),
-    "search_r1_grpo": Method("GRPO", trains=True, needs="answers", programs=("search_r1",), params=("steps",)),
-    "splanrl": Method(
-        "SFT + SPlanRL",
-        trains=True,
-        needs="answers",
-        programs=("d2plan",),
-        warm_start="required",
-        params=("steps", "use_plan_reward", "questions_per_step"),
-    ),
-    "multitask_sft": Method(
-        "multi-task SFT",
-        trains=True,
-        needs="decomposition",
-        programs=("reap",),
-        warm_start="optional",
-        params=("epochs", "task_weights"),
-    ),
-    "opd_teacher": Method(
-        "C-MAS + RL (Stage I GRPO)",
-        trains=True,
-        needs="answers",
-        programs=("cascaded_team",),
-        warm_start="optional",
-        params=("steps",),
-    ),
-    "opd": Method(
-        "MultiAgent-OPD",
-        trains=True,
-        needs="answers",
-        programs=("hierarchical_team",),
-        warm_start="required",
-        params=("steps", "outcome_only"),
-    ),
-    "stride_ft": Method(
-        "SFT + STRIDE-FT",
-        trains=True,
-        needs="answers",
-        programs=("stride",),
-        warm_start="optional",
-        params=("num_plans", "legs", "fact_selector"),
-    ),
-    "eval": Method("ablation (evaluation only)", trains=False, warm_start="required"),
-}
+def _methods() -> dict[str, Method]:
+    """Every registered optimizer as a training method (from :mod:`rolecall.optimizers.registry` and the system
+    registry: label, what its data must carry, the programs it applies to, its warm start, and its config fields as
+    the settings a row may set), besides the three that do not train a registered optimizer."""
+    import dataclasses as dc
+
+    from rolecall.optimizers.registry import OPTIMIZERS, config_class
+    from rolecall.programs.registry import get_system, program_names
+
+    methods = {
+        "prompt-only": Method("prompt-only", trains=False),
+        "bootstrap_fewshot": Method("BootstrapFewShot", trains=True, needs="answers",
+                                    params=("max_bootstrapped_demos",)),
+    }  # fmt: skip
+    for name, entry in OPTIMIZERS.items():
+        programs = None if name == "sft" else tuple(p for p in program_names() if name in get_system(p).optimizers)
+        fields = tuple(f.name for f in dc.fields(config_class(name)) if f.init)
+        extras = ("task_weights",) if name == "multitask_sft" else ()
+        methods[name] = Method(entry.label or name, trains=True, needs=entry.needs, programs=programs,
+                               warm_start=entry.warm_start, params=(*fields, *extras))  # fmt: skip
+    methods["eval"] = Method("ablation (evaluation only)", trains=False, warm_start="required")
+    return methods
+
+
+METHODS: dict[str, Method] = _methods()
 """Method name -> what it is. ``eval`` evaluates another row's saved program with some program options changed
 (OPERA w/o Plan Agent, REAP w/o Re-Planner, STRIDE w/o Supervisor): an inference-time ablation of a trained system."""
 
@@ -255,8 +217,7 @@ def check_config(config: PaperConfig) -> None:
     Raises:
         ValueError: the first problem found, naming the valid choices.
     """
-    from rolecall.optimizers.sft import GOLD_BUILDERS
-    from rolecall.programs.registry import get_program_class, program_names
+    from rolecall.programs.registry import gold_programs, program_names
 
     bad = sorted(set(config.datasets) - set(DATASETS))
     if bad or not config.datasets:
@@ -278,9 +239,8 @@ def check_config(config: PaperConfig) -> None:
         method = METHODS[row.method]
         if method.programs is not None and row.program not in method.programs:
             raise ValueError(f"{where}: method {row.method} applies to {', '.join(method.programs)}, not {row.program}")
-        if row.method == "sft" and get_program_class(row.program) not in GOLD_BUILDERS:
-            valid = [n for n in program_names() if get_program_class(n) in GOLD_BUILDERS]
-            raise ValueError(f"{where}: sft has gold-path targets for {', '.join(valid)}, not {row.program}")
+        if row.method == "sft" and row.program not in gold_programs():
+            raise ValueError(f"{where}: sft has gold-path targets for {', '.join(gold_programs())}, not {row.program}")
         unknown = sorted(set(row.params) - set(method.params))
         if unknown:
             raise ValueError(f"{where}: unknown params {unknown} for {row.method}; valid: {list(method.params)}")

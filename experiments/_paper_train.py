@@ -1,12 +1,13 @@
-"""How each method of the paper experiments trains a program: one optimizer per method, built from a row's ``params``
-and the run's size, the way ``rolecall compile`` and the benchmarks build them (``rolecall.cli_compile``,
-``benchmarks/bench_compile.py``, ``benchmarks/bench_rl_family.py``)."""
+"""How each method of the paper experiments trains a program: the registered optimizer of the method's name, its
+config built from the run's size and the row's ``params`` through the optimizer registry, as ``rolecall compile``
+builds it (:mod:`rolecall.optimizers.registry`)."""
 
 from __future__ import annotations
 
-from argparse import Namespace
 from pathlib import Path
 from typing import Any
+
+from rolecall.optimizers.core.config import LORA_LEARNING_RATE
 
 from _paper_config import Row, Size
 
@@ -21,130 +22,58 @@ def rl_steps(size: Size, default: int = MANY_STEPS) -> int:
     return min(default, size.rl_max_steps) if size.rl_max_steps else default
 
 
-def sft_optimizer(row: Row, size: Size, folder: Path, cls: Any = None) -> Any:
-    """SFT(gold) (or ``cls``, an SFT subclass) from the size's SFT budget, as ``rolecall compile`` builds it."""
-    from rolecall.cli_compile import sft_from_args
+def train_fields(row: Row, size: Size, folder: Path, seed: int) -> dict[str, Any]:
+    """The config fields a row trains with: the run's size mapped onto the fields its optimizer has (SFT's budget for
+    an SFT-style optimizer, the RL budget and group size for the others, step caps), then the row's ``params``."""
+    import dataclasses
 
-    args = Namespace(
-        epochs=row.params.get("epochs", size.sft_epochs),
-        max_steps=str(size.sft_max_steps or "") or None,
-        learning_rate=row.params.get("learning_rate", 2e-3),
-        lr_schedule="linear",
-        batch_size=2,
-        grad_accum=1,
-        budget_minutes=size.sft_minutes,
-        threads=size.threads,
-    )
-    optimizer = sft_from_args(args, folder, show_progress=False, cls=cls)
-    if cls is not None and "task_weights" in row.params:
-        optimizer.task_weights.update({k: float(v) for k, v in row.params["task_weights"].items()})
-    return optimizer
+    from rolecall.optimizers.registry import config_class, optimizer_entry
+
+    entry, p = optimizer_entry(row.method), row.params
+    names = {f.name for f in dataclasses.fields(config_class(row.method))}
+    fields: dict[str, Any] = {"output_dir": str(folder), "seed": seed, "show_progress": False,
+                              "num_threads": size.threads}  # fmt: skip
+    if entry.needs == "decomposition" and "epochs" in names:  # SFT-style: the size's SFT budget
+        fields.update(epochs=size.sft_epochs, max_steps=size.sft_max_steps or None,
+                      time_budget_minutes=size.sft_minutes)  # fmt: skip
+    else:
+        fields.update({k: v for k, v in (("group_size", size.group_size), ("time_budget_minutes", size.rl_minutes),
+                                         ("teacher_minutes", size.rl_minutes)) if k in names})  # fmt: skip
+    if "stages" in names:  # MAPGRPO / GRPO: steps per stage, capped by the size
+        steps = {k: int(v) for k, v in p.get("steps", MAPGRPO_STEPS).items()}
+        if size.rl_max_steps:
+            steps = {k: min(v, size.rl_max_steps) for k, v in steps.items()}
+        fields.update(stages=tuple(steps), steps=steps)
+    elif "steps" in names:  # one number of RL steps (and OPD's Stage I the same)
+        fields["steps"] = rl_steps(size, int(p.get("steps", MANY_STEPS)))
+        if "teacher_steps" in names:
+            fields["teacher_steps"] = fields["steps"]
+    elif "teacher_steps" in names:
+        fields["teacher_steps"] = rl_steps(size, int(p.get("steps", MANY_STEPS)))
+    if row.warm_start:
+        fields.update(entry.after_warm_start)
+    if "train_teacher" in names and row.method == "opd":
+        fields["train_teacher"] = not row.teacher
+    fields.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in p.items()
+                   if k in names and k not in ("steps", "teacher_steps")})  # fmt: skip
+    return fields
 
 
 def make_optimizer(row: Row, size: Size, folder: Path, seed: int) -> Any:
-    """The optimizer ``row.method`` trains with, writing under ``folder`` (no model loads here).
+    """The optimizer ``row.method`` trains with, built through the optimizer registry from :func:`train_fields`,
+    writing under ``folder`` (no model loads here).
 
     Raises:
         ValueError: the method has no optimizer (prompt-only, eval) or a param is invalid.
     """
-    p, threads = row.params, size.threads
-    if row.method == "sft":
-        return sft_optimizer(row, size, folder)
-    if row.method == "multitask_sft":
-        from rolecall.optimizers.multitask_sft import MultiTaskSFT
+    from rolecall.optimizers.registry import OPTIMIZERS, build_optimizer
 
-        return sft_optimizer(row, size, folder, cls=MultiTaskSFT)
-    if row.method in ("mapgrpo", "grpo"):
-        from rolecall.optimizers import MAPGRPO, JointGRPO, MAPGRPOConfig
-
-        steps = {k: int(v) for k, v in p.get("steps", MAPGRPO_STEPS).items()}
-        if size.rl_max_steps:
-            steps = {k: min(v, size.rl_max_steps) for k, v in steps.items()}
-        config = MAPGRPOConfig(
-            stages=tuple(steps),
-            steps=steps,
-            group_size=size.group_size,
-            inputs_per_step=int(p.get("inputs_per_step", 4)),
-            time_budget_s=size.rl_minutes * 60,
-            expert_gradient=bool(p.get("expert_gradient", False)),
-            num_threads=threads,
-            output_dir=folder,
-            seed=seed,
-            show_progress=False,
-        )
-        return MAPGRPO(config) if row.method == "mapgrpo" else JointGRPO(config)
-    if row.method == "search_r1_grpo":
-        from rolecall.optimizers import SearchR1GRPO
-
-        return SearchR1GRPO(
-            group_size=size.group_size,
-            steps=rl_steps(size, int(p.get("steps", MANY_STEPS))),
-            time_budget_s=size.rl_minutes * 60,
-            num_threads=threads,
-            output_dir=folder,
-            seed=seed,
-            show_progress=False,
-        )
-    if row.method == "splanrl":
-        from rolecall.optimizers.splanrl import SPlanRL
-
-        return SPlanRL(
-            group_size=size.group_size,
-            steps=rl_steps(size, int(p.get("steps", MANY_STEPS))),
-            time_budget_minutes=size.rl_minutes,
-            cold_start="none",
-            use_plan_reward=bool(p.get("use_plan_reward", True)),
-            questions_per_step=int(p.get("questions_per_step", 2)),
-            num_threads=threads,
-            seed=seed,
-            output_dir=str(folder),
-            show_progress=False,
-        )
-    if row.method == "opd_teacher":
-        from rolecall.optimizers.opd import OPDConfig
-        from rolecall.optimizers.opd_teacher import OPDTeacher
-
-        return OPDTeacher(
-            OPDConfig(
-                group_size=size.group_size,
-                teacher_steps=rl_steps(size, int(p.get("steps", MANY_STEPS))),
-                teacher_minutes=size.rl_minutes,
-                num_threads=threads,
-                seed=seed,
-                output_dir=str(folder),
-                show_progress=False,
-            )
-        )
-    if row.method == "opd":
-        from rolecall.optimizers.opd import OPD
-
-        steps = rl_steps(size, int(p.get("steps", MANY_STEPS)))
-        return OPD(
-            group_size=size.group_size,
-            steps=steps,
-            teacher_steps=steps,
-            time_budget_minutes=size.rl_minutes,
-            teacher_minutes=size.rl_minutes,
-            train_teacher=not row.teacher,
-            outcome_only=bool(p.get("outcome_only", False)),
-            num_threads=threads,
-            seed=seed,
-            output_dir=str(folder),
-            show_progress=False,
-        )
-    if row.method == "stride_ft":
-        from rolecall.optimizers import STRIDEFT
-
-        extra = {k: (tuple(v) if k == "legs" else v) for k, v in p.items()}
-        return STRIDEFT(
-            time_budget_minutes=size.rl_minutes,
-            num_threads=threads,
-            output_dir=str(folder),
-            seed=seed,
-            show_progress=False,
-            **extra,
-        )
-    raise ValueError(f"method {row.method!r} does not train")
+    if row.method not in OPTIMIZERS:
+        raise ValueError(f"method {row.method!r} does not train")
+    optimizer = build_optimizer(row.method, train_fields(row, size, folder, seed))
+    if "task_weights" in row.params:
+        optimizer.task_weights.update({k: float(v) for k, v in row.params["task_weights"].items()})
+    return optimizer
 
 
 def bootstrap_fewshot(row: Row, program: Any, trainset: list[Any]) -> Any:
@@ -184,7 +113,7 @@ def optimizer_settings(row: Row, size: Size) -> dict[str, Any]:
             "budget_minutes": size.sft_minutes,
             "epochs": row.params.get("epochs", size.sft_epochs),
             "max_steps": size.sft_max_steps or None,
-            "learning_rate": row.params.get("learning_rate", 2e-3),
+            "learning_rate": row.params.get("learning_rate", LORA_LEARNING_RATE),
             "lr_schedule": "linear",
             "batch_size": 2,
         }

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli_common import HelpFormatter, add_common
+from rolecall.cli_common import HelpFormatter, add_command, add_common
 from rolecall.demo import DemoConfig
 from rolecall.errors import RolecallError
 from rolecall.lm.engines import add_engine_argument
@@ -39,6 +39,22 @@ logger = logging.getLogger("rolecall.cli")
 
 
 # ---------------------------------------------------------------------------------------------------------- parser
+_DEMO_HELP = "the main job: prompt-only OPERA -> SFT -> SFT + MAPGRPO, each evaluated (embedded model, CPU)"
+_DEMO_DESCRIPTION = (
+    "Build the synthetic world, evaluate prompt-only OPERA on held-out questions, compile it with\n"
+    "SFT on gold-path targets (the trained roles run without demos), evaluate it, train it further with\n"
+    "MAPGRPO (paper Eq. 11), evaluate it again and print the three-column table.\n\n"
+    "Training is a fixed number of steps per SFT adapter and per MAPGRPO stage, never a wall-clock budget:\n"
+    "a busy or slower machine takes longer and gives the same table within noise. The time an idle 2-core\n"
+    "machine needs is printed before anything loads (about 24 minutes with the defaults).\n\n"
+    "Writes OUT/before, OUT/after_sft and OUT/after (per-question records with trajectories), OUT/sft\n"
+    "(metrics.jsonl, summary.json, checkpoints, loss.png), OUT/mapgrpo (the same), OUT/training_curve.png\n"
+    "(reward per stage), OUT/program (the trained program), OUT/table.md and OUT/results.json.\n\n"
+    "Examples:\n  rolecall demo --optimizer sft --eval-questions 6 --sft-steps 20   # a quick look: 20 steps each\n"
+    "  rolecall demo --rl-steps plan=4   # MAPGRPO trains 4 plan steps (the other stages keep theirs)"
+)
+
+
 def _add_eval_parser(sub: Any) -> None:
     from rolecall.cli_eval import add_eval_parser  # the eval command lives in rolecall.cli_eval
 
@@ -46,22 +62,7 @@ def _add_eval_parser(sub: Any) -> None:
 
 
 def _add_demo_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="the main job: prompt-only OPERA -> SFT -> SFT + MAPGRPO, each evaluated (embedded model, CPU)",
-        description="Build the synthetic world, evaluate prompt-only OPERA on held-out questions, compile it with\n"
-        "SFT on gold-path targets (the trained roles run without demos), evaluate it, train it further with\n"
-        "MAPGRPO (paper Eq. 11), evaluate it again and print the three-column table.\n\n"
-        "Training is a fixed number of steps per SFT adapter and per MAPGRPO stage, never a wall-clock budget:\n"
-        "a busy or slower machine takes longer and gives the same table within noise. The time an idle 2-core\n"
-        "machine needs is printed before anything loads (about 24 minutes with the defaults).\n\n"
-        "Writes OUT/before, OUT/after_sft and OUT/after (per-question records with trajectories), OUT/sft\n"
-        "(metrics.jsonl, summary.json, checkpoints, loss.png), OUT/mapgrpo (the same), OUT/training_curve.png\n"
-        "(reward per stage), OUT/program (the trained program), OUT/table.md and OUT/results.json.\n\n"
-        "Examples:\n  rolecall demo --optimizer sft --eval-questions 6 --sft-steps 20   # a quick look: 20 steps each\n"
-        "  rolecall demo --rl-steps plan=4   # MAPGRPO trains 4 plan steps (the other stages keep theirs)",
-        formatter_class=HelpFormatter,
-    )
+    p = add_command(sub, "demo", _DEMO_HELP, _DEMO_DESCRIPTION)
     from rolecall.demo_steps import DEMO_RL_STEPS, DEMO_SCRATCH_RL_STEPS, DEMO_SFT_STEPS
 
     sft_default = ",".join(f"{k}={v}" for k, v in DEMO_SFT_STEPS.items())
@@ -95,8 +96,9 @@ def _add_demo_parser(sub: Any) -> None:
     p.set_defaults(func=_cmd_demo)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``rolecall`` argument parser with every subcommand."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``rolecall`` argument parser with every subcommand; ``argv`` is the command line it will parse, which
+    decides the optimizer settings ``rolecall compile`` / ``tune`` list in ``--help`` (None: every optimizer's)."""
     from rolecall import __version__
 
     parser = argparse.ArgumentParser(
@@ -110,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_parser(sub)
     from rolecall.cli_compile import add_compile_parser
 
-    add_compile_parser(sub)
+    add_compile_parser(sub, argv)
     from rolecall.cli_index import add_index_parser
 
     add_index_parser(sub)
@@ -120,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     from rolecall.cli_tune import add_tune_parser
 
-    add_tune_parser(sub)
+    add_tune_parser(sub, argv)
     from rolecall.cli_compare import add_compare_parser
 
     add_compare_parser(sub)
@@ -203,7 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status: 0 on success, 1 on a rolecall error (bad configuration, malformed data, a model that does not
         load), 2 on a usage error, 130 when interrupted.
     """
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
@@ -216,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.debug("traceback", exc_info=True)
         return 1
     except KeyboardInterrupt as err:
-        print(_interrupted(args, sys.argv[1:] if argv is None else list(argv), err), file=sys.stderr)
+        print(_interrupted(args, argv, err), file=sys.stderr)
         return 130
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "DATASET_CHOICES",
     "DEFAULT_DATA_PATHS",
     "HelpFormatter",
+    "add_command",
     "add_common",
     "build_retriever",
     "existing",
@@ -33,6 +34,12 @@ DEFAULT_DATA_PATHS: dict[str, Path] = {name: dev_subset_path(name) for name in D
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the hand-wrapped description and examples (defaults are written into each help string)."""
+
+
+def add_command(sub: Any, name: str, help: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
+    """Adds subcommand ``name`` to the subcommands ``sub``: its one-line ``help`` in ``rolecall --help``, its
+    hand-wrapped ``description`` and ``epilog`` (examples) in ``rolecall NAME --help``."""
+    return sub.add_parser(name, help=help, description=description, epilog=epilog, formatter_class=HelpFormatter)
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:

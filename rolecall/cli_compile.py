@@ -4,15 +4,21 @@ of them), and save it for ``rolecall eval --load``."""
 from __future__ import annotations
 
 import argparse
+import logging
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli_common import DEFAULT_DATA_PATHS, HelpFormatter, add_common, build_retriever, existing, split_of
-from rolecall.cli_compile_checks import check_from, check_numbers, parse_roles
-from rolecall.errors import ConfigError
+from rolecall.cli_common import DEFAULT_DATA_PATHS, add_command, add_common, build_retriever, existing, split_of
+from rolecall.cli_compile_checks import check_from, check_numbers
+from rolecall.cli_fields import add_config_flags, with_flags
+from rolecall.errors import ConfigError, RolecallError
 from rolecall.lm.engines import add_engine_argument
-from rolecall.programs.registry import get_program_class, option_names, parse_program_options, program_names
+from rolecall.optimizers.registry import OptimizerEntry, config_class, load_target, optimizer_entry, optimizer_names
+from rolecall.programs.registry import get_program_class, get_system, gold_programs, program_names
+
+logger = logging.getLogger("rolecall.cli")
 
 __all__ = [
     "APPLIES_TO",
@@ -20,62 +26,96 @@ __all__ = [
     "add_compile_parser",
     "add_training_arguments",
     "build_optimizers",
+    "chain_configs",
     "check_chain",
     "check_from",
     "cmd_compile",
-    "opd_from_args",
-    "sft_from_args",
-    "splanrl_from_args",
     "start_program",
 ]
 
-APPLIES_TO: dict[str, tuple[str, ...]] = {
-    "mapgrpo": ("opera",),
-    "grpo": ("opera", "search_r1"),
-    "stride_ft": ("stride",),
-    "multitask_sft": ("reap",),
-    "splanrl": ("d2plan",),
-    "opd": ("hierarchical_team",),
-}
-"""The optimizers written for one paper's program, and the programs each applies to (``sft`` applies to every
-program with gold-path targets)."""
 
-OPTIMIZERS: tuple[str, ...] = ("sft", *APPLIES_TO)
+class _AppliesTo(Mapping[str, tuple[str, ...]]):
+    """``--optimizer`` name -> the programs it applies to, generated from the system registry on every access (``sft``
+    is not in it: it applies to every program with gold-path targets)."""
+
+    def _table(self) -> dict[str, tuple[str, ...]]:
+        table: dict[str, list[str]] = {n: [] for n in optimizer_names() if n != "sft"}
+        for program in program_names():
+            for name in get_system(program).optimizer_names():
+                if name != "sft":
+                    table.setdefault(name, []).append(program)
+        return {name: tuple(programs) for name, programs in table.items() if programs}
+
+    def __getitem__(self, name: str) -> tuple[str, ...]:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+APPLIES_TO: Mapping[str, tuple[str, ...]] = _AppliesTo()
+"""The optimizers written for a paper's program, and the programs each applies to (``sft`` applies to every program
+with gold-path targets); from the registries."""
+
+
+class _Names(Sequence[str]):
+    """``sft`` and the names of :data:`APPLIES_TO`, read from the registries on every access."""
+
+    def _names(self) -> list[str]:
+        return ["sft", *APPLIES_TO]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._names()[index]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+OPTIMIZERS: Sequence[str] = _Names()
 """The names ``--optimizer`` takes."""
 
 
-def add_compile_parser(sub: Any) -> None:
-    """Adds ``rolecall compile`` to the subcommands ``sub``."""
-    p = sub.add_parser(
-        "compile",
-        help="train a program's role adapters with a weight optimizer and save the compiled program",
-        description="Build a registered program on the embedded LM, train its role adapters on a training split with\n"
-        "a weight optimizer, and save it (options, adapters, demo policy) to OUT, where `rolecall eval --load OUT`\n"
-        "evaluates it. SFT trains each adapter on the program's own prompts along the gold path, demo-free.\n"
-        "A comma-separated --optimizer is a chain: `sft,mapgrpo` warms OPERA's roles up with SFT, then runs MAPGRPO\n"
-        "(`sft,grpo`: single-stage GRPO over all roles at once) within --rl-minutes; `grpo` on search_r1 trains its\n"
-        "agent with Search-R1's plain GRPO (EM minus a format penalty, G rollouts per question). `stride_ft` tunes\n"
-        "STRIDE from its own runs (Meta-Planner DPO, Supervisor / Extractor / Reasoner SFT; `sft,stride_ft` after a\n"
-        "warm start); `multitask_sft` trains one adapter on REAP's merged Decomposer and Re-Planner data; `opd`\n"
-        "trains hierarchical_team with MultiAgent-OPD (a cascaded Teacher with GRPO, then the team, its Searchers\n"
-        "distilled from the Teacher; each stage within --rl-minutes).\n\n"
-        "Writes OUT/program.json, OUT/adapters/<adapter>/, OUT/metrics.jsonl, OUT/loss.png (a chain: OUT/sft/...,\n"
-        "OUT/mapgrpo/metrics.jsonl and OUT/rewards.png), a checkpoint after every step and OUT/compile_config.json.\n"
-        "An OUT that holds a run is never overwritten: --resume continues it (with the same flags), --overwrite\n"
-        "starts again. Ctrl-C stops after the running step and its checkpoint; --resume continues from there.",
-        epilog="examples:\n"
-        "  rolecall compile --program opera --optimizer sft --dataset synthetic --out runs/opera-sft\n"
-        "  rolecall compile --program opera --optimizer sft --dataset synthetic --out runs/opera-sft --resume\n"
-        "  rolecall eval --load runs/opera-sft --dataset synthetic --limit 100\n"
-        "  rolecall compile --program opera --optimizer sft,mapgrpo --rl-minutes 15 --out runs/opera-sft-mapgrpo\n"
-        "  rolecall compile --program stride --optimizer sft,stride_ft --num-plans 4 --out runs/stride-ft\n"
-        "  rolecall compile --program reap --optimizer multitask_sft --out runs/reap-multitask\n"
-        "  rolecall compile --program opera --dataset musique --out runs/opera-musique\n"
-        "  rolecall eval --load runs/opera-musique --dataset musique --split test\n"
-        "  rolecall compile --program opera --optimizer mapgrpo --config runs/tune/best_config.json --out runs/opera",
-        formatter_class=HelpFormatter,
-    )
-    add_training_arguments(p)
+_COMPILE_HELP = "train a program's role adapters with a weight optimizer and save the compiled program"
+_COMPILE_DESCRIPTION = (
+    "Build a registered program on the embedded LM, train its role adapters on a training split with\n"
+    "a weight optimizer, and save it (options, adapters, demo policy) to OUT, where `rolecall eval --load OUT`\n"
+    "evaluates it. SFT trains each adapter on the program's own prompts along the gold path, demo-free.\n"
+    "A comma-separated --optimizer is a chain: `sft,mapgrpo` warms OPERA's roles up with SFT, then runs MAPGRPO\n"
+    "(`sft,grpo`: single-stage GRPO over all roles at once); `grpo` on search_r1 trains its agent with\n"
+    "Search-R1's plain GRPO. `rolecall programs` lists which optimizer applies to which program.\n\n"
+    "Every setting of the optimizer is a flag named after its config field (`--group-size 4`, `--steps\n"
+    "plan=4,analysis=8`, `--plan-weights logic=0.2`), checked before the model loads; a chain's warm start\n"
+    "takes its own with its name in front (`--sft.epochs 1`). `rolecall compile --optimizer NAME --help`\n"
+    "lists NAME's settings with their defaults. Training runs the configured steps; a --time-budget-minutes\n"
+    "is a ceiling, reported when hit.\n\n"
+    "Writes OUT/program.json, OUT/adapters/<adapter>/, OUT/metrics.jsonl, OUT/loss.png (a chain: OUT/sft/...,\n"
+    "OUT/mapgrpo/metrics.jsonl and OUT/rewards.png), a checkpoint after every step and OUT/compile_config.json.\n"
+    "An OUT that holds a run is never overwritten: --resume continues it (with the same flags), --overwrite\n"
+    "starts again. Ctrl-C stops after the running step and its checkpoint; --resume continues from there."
+)
+_COMPILE_EPILOG = (
+    "examples:\n"
+    "  rolecall compile --program opera --optimizer sft --dataset synthetic --out runs/opera-sft\n"
+    "  rolecall compile --program opera --optimizer sft --dataset synthetic --out runs/opera-sft --resume\n"
+    "  rolecall eval --load runs/opera-sft --dataset synthetic --limit 100\n"
+    "  rolecall compile --program opera --optimizer sft,mapgrpo --sft.max-steps 20 --steps plan=4,analysis=8 \\\n"
+    "      --out runs/opera-sft-mapgrpo\n"
+    "  rolecall compile --program opera --optimizer mapgrpo --help      # MAPGRPO's settings\n"
+    "  rolecall compile --program stride --optimizer sft,stride_ft --num-plans 4 --out runs/stride-ft\n"
+    "  rolecall compile --program reap --optimizer multitask_sft --out runs/reap-multitask\n"
+    "  rolecall compile --program opera --dataset musique --out runs/opera-musique\n"
+    "  rolecall compile --program opera --optimizer mapgrpo --config runs/tune/best_config.json --out runs/opera"
+)
+
+
+def add_compile_parser(sub: Any, argv: Sequence[str] | None = None) -> None:
+    """Adds ``rolecall compile`` to the subcommands ``sub``; ``argv`` (the command line) decides which optimizers'
+    settings ``--help`` lists (None: all of them)."""
+    p = add_command(sub, "compile", _COMPILE_HELP, _COMPILE_DESCRIPTION, _COMPILE_EPILOG)
+    add_training_arguments(p, argv)
     again = p.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true",
                        help="continue the compile in OUT (killed, interrupted or finished) from its last checkpoint; "
@@ -88,32 +128,22 @@ def add_compile_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_compile)
 
 
-ROLES_HELP = (
-    "SFT: train only these roles' adapters; the others keep their demos (default: every role with a target; on "
-    "HotpotQA, which has no gold decomposition, OPERA's only gold role is synthesis: --roles synthesis)"
-)
-
-
-def add_training_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags that say what to train and how: program, optimizer chain, data, model, training settings and
-    ``--config`` (shared by ``rolecall compile`` and ``rolecall tune``)."""
+def add_training_arguments(p: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> None:
+    """The flags that say what to train and how: program, optimizer chain, data, model, ``--config`` and one flag per
+    optimizer setting (generated from the registered optimizers' config fields; ``argv`` decides which ones
+    ``--help`` lists); shared by ``rolecall compile`` and ``rolecall tune``."""
     p.add_argument("--program", required=True, choices=program_names(), help="the program to train")
     p.add_argument(
         "--optimizer",
         default="sft",
         metavar="NAME[,NAME]",
-        help="the weight optimizer, or a chain of them: sft, sft,mapgrpo, sft,grpo, mapgrpo (opera), grpo "
-        "(opera, search_r1), stride_ft, "
-        "sft,stride_ft (stride), multitask_sft (reap), opd (hierarchical_team), splanrl, sft,splanrl (d2plan) "
-        "(default: %(default)s)",
+        help=f"the weight optimizer, or sft then one of them (a chain: sft,mapgrpo): {', '.join(OPTIMIZERS)}; "
+        "`rolecall programs` lists which applies to which program (default: %(default)s)",
     )
     p.add_argument("--from", dest="from_dir", type=Path, default=None, metavar="DIR",
                    help="start from a program saved by `rolecall compile` (its adapters, demos and options) instead "
                    "of the untrained one: training continues from it, and --optimizer splanrl skips its own cold "
                    "start (the saved program is the warm start); -o cannot be given with it")  # fmt: skip
-    p.add_argument("--rl-minutes", type=float, default=15.0, help="MAPGRPO / GRPO wall-clock budget (default: 15)")
-    p.add_argument("--group-size", type=int, default=4, help="RL group size G, c_best included (default: 4)")
-    p.add_argument("--num-plans", type=int, default=8, help="stride_ft: plans sampled per question (default: 8)")
     p.add_argument(
         "--dataset",
         default="synthetic",
@@ -123,28 +153,10 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--data-path", type=Path, default=None, metavar="FILE",
                    help="the hotpotqa / 2wiki / musique file (default: its subset in ../shared/data)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the synthetic world and of each optimizer (default: %(default)s)")  # fmt: skip
     p.add_argument("--limit", type=int, default=None, metavar="N", help="train on the first N training questions")
-    p.add_argument("--epochs", type=float, default=2.0, help="passes over each adapter's samples (default: 2)")
-    p.add_argument(
-        "--max-steps",
-        default=None,
-        metavar="N|A=N,...",
-        help="at most N optimizer steps per adapter, or per named adapter (plan=60,analysis=25)",
-    )
-    p.add_argument("--learning-rate", type=float, default=2e-3, help="AdamW learning rate (default: 2e-3)")
-    p.add_argument(
-        "--lr-schedule",
-        default="linear",
-        choices=("constant", "linear"),
-        help="linear: the learning rate falls to 0 over each adapter's steps or the budget (default: %(default)s)",
-    )
-    p.add_argument("--batch-size", type=int, default=2, help="samples per forward pass (default: 2)")
-    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default: 1)")
-    p.add_argument("--roles", default=None, metavar="ROLE[,ROLE]", help=ROLES_HELP)
-    p.add_argument("--budget-minutes", type=float, default=None, help="stop training after this much wall time")
     p.add_argument("--k", type=int, default=5, help="the program's top_k and the retriever's default k (default: 5)")
-    p.add_argument("--threads", type=int, default=8, help="questions collected concurrently (default: 8)")
     p.add_argument("--model", default=None, help="LM name or local path (default: embedded SmolLM2-135M-Instruct)")
     add_engine_argument(p)
     p.add_argument("--served-url", default=None, metavar="URL",
@@ -154,9 +166,62 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="a program option")
     p.add_argument("--config", type=Path, default=None, metavar="FILE",
                    help="a JSON, YAML or TOML file of optimizer config fields (reward weights, ...; `rolecall tune` "
-                   "writes best_config.json): the fields it sets override the defaults and the training flags above; "
+                   "writes best_config.json): the fields it sets override the defaults and the setting flags; "
                    "with a chain, they are grouped by optimizer ({\"sft\": {...}, \"mapgrpo\": {...}})")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    configs = [(n, config_class(n), optimizer_entry(n).kind == "warm_start") for n in optimizer_names()]
+    add_config_flags(p, configs, shown=None if argv is None else chain_configs(argv))
+
+
+def chain_configs(argv: Sequence[str]) -> list[tuple[str, type]]:
+    """The optimizer chain a command line names (``--program``, ``--optimizer``) as ``[(name, config class)]``, for
+    ``--help``; empty when they do not name a valid chain (the command's own check then says why)."""
+    scan = argparse.ArgumentParser(add_help=False)
+    scan.add_argument("--program", default=None)
+    scan.add_argument("--optimizer", default="sft")
+    known, _ = scan.parse_known_args(list(argv))
+    try:
+        links = resolve_chain(known.program, known.optimizer)
+    except RolecallError:
+        return []
+    return [(name, config_class(entry.name)) for name, entry in links]
+
+
+def resolve_chain(program: str | None, text: str) -> list[tuple[str, OptimizerEntry]]:
+    """``--optimizer``'s chain as ``[(name as given, registered optimizer)]``, checked: known names, the warm start
+    first, at most one optimizer after it, each applying to ``program`` (None: not checked; a name a program
+    redirects, ``grpo`` on search_r1, resolves only with it).
+
+    Raises:
+        ConfigError: an unknown or misordered chain, or an optimizer that does not apply to the program (the message
+            names the programs it applies to).
+    """
+    chain = [o.strip().lower() for o in text.split(",") if o.strip()]
+    known = {*OPTIMIZERS, *optimizer_names()}
+    if not chain or any(o not in known for o in chain) or len(set(chain)) != len(chain):
+        raise ConfigError(f"--optimizer takes {', '.join(OPTIMIZERS)}, or a chain such as sft,mapgrpo; got {text!r}")
+    system = get_system(program) if program is not None else None
+    links = []
+    for name in chain:
+        resolved = system.resolve(name) if system is not None else name if name in optimizer_names() else None
+        if system is not None and resolved is None:
+            if name == "sft":
+                names = ", ".join(gold_programs())
+                raise ConfigError(f"--optimizer sft has gold-path targets for {names}; {program!r} has none yet")
+            raise ConfigError(f"--optimizer {name} applies to {', '.join(APPLIES_TO.get(name, ()))}, not {program!r}")
+        links.append((name, optimizer_entry(resolved or name)))
+    kinds = [entry.kind for _, entry in links]
+    if "warm_start" in kinds[1:]:
+        raise ConfigError(f"--optimizer {text}: {links[kinds.index('warm_start', 1)][0]} is the warm start, so it "
+                          "comes first (sft,mapgrpo)")  # fmt: skip
+    if "alone" in kinds and len(links) > 1:
+        alone, entry = links[kinds.index("alone")]
+        raise ConfigError(f"--optimizer {alone} is itself SFT ({entry.summary}): give it alone")
+    trainers = [name for name, entry in links if entry.kind != "warm_start"]
+    if len(trainers) > 1 or len(links) > 2:
+        choices = [n for n in system.optimizer_names() if n != "sft"] if system is not None else list(APPLIES_TO)
+        raise ConfigError(f"--optimizer {text}: pick one of {', '.join(choices)} (after sft)")
+    return links
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -175,12 +240,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from rolecall.lm.engines import make_lm
     from rolecall.optimizers.core import distributed
     from rolecall.optimizers.core.checkpoint import seed_everything
+    from rolecall.programs.registry import option_names, parse_program_options
 
     chain, rl = check_chain(args)
     options = parse_program_options(args.program, args.option)
     optimizers = build_optimizers(args, chain, rl)
-    check_max_steps_names(args, chain, options)
-    settings = compile_settings(args, chain)
+    check_max_steps_names(args, chain, optimizers, options)
+    settings = compile_settings(args, chain, optimizers)
     resuming = check_run_folder(args.out, settings, resume=args.resume, overwrite=args.overwrite)
     if args.dataset == "synthetic":
         world = synthetic_world(seed=args.seed)
@@ -235,37 +301,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def check_chain(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """``--optimizer``'s chain (``["sft", "mapgrpo"]``) and its RL part (``["mapgrpo"]``), checked against
-    ``--program`` and the numeric flags before anything loads.
+    """``--optimizer``'s chain (``["sft", "mapgrpo"]``) and the part after the warm start (``["mapgrpo"]``), checked
+    against ``--program`` and the flags before anything loads.
 
     Raises:
         ConfigError: an unknown or misordered chain, an optimizer that does not apply to the program, or a bad flag.
     """
-    from rolecall.optimizers.sft import GOLD_BUILDERS
-
-    chain = [o.strip().lower() for o in args.optimizer.split(",") if o.strip()]
-    if not chain or any(o not in OPTIMIZERS for o in chain) or len(set(chain)) != len(chain):
-        raise ConfigError(
-            f"--optimizer takes {', '.join(OPTIMIZERS)}, or a chain such as sft,mapgrpo; got {args.optimizer!r}"
-        )
-    if "sft" in chain and chain[0] != "sft":
-        raise ConfigError(f"--optimizer {args.optimizer}: sft is the warm start, so it comes first (sft,mapgrpo)")
-    rl = [o for o in chain if o != "sft"]
-    if len(rl) > 1:
-        raise ConfigError(f"--optimizer {args.optimizer}: pick one of {', '.join(APPLIES_TO)} (after sft)")
-    if rl and args.program not in APPLIES_TO[rl[0]]:
-        raise ConfigError(f"--optimizer {rl[0]} applies to {', '.join(APPLIES_TO[rl[0]])}, not {args.program!r}")
-    if rl == ["multitask_sft"] and chain != rl:
-        raise ConfigError("--optimizer multitask_sft is itself SFT (REAP's merged planning tasks): give it alone")
-    if "sft" in chain and get_program_class(args.program) not in GOLD_BUILDERS:
-        names = ", ".join(n for n in program_names() if get_program_class(n) in GOLD_BUILDERS)
-        raise ConfigError(f"--optimizer sft has gold-path targets for {names}; {args.program!r} has none yet")
-    for name in ("k", "threads", "group_size", "num_plans"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    links = resolve_chain(args.program, args.optimizer)
     check_numbers(args)
     check_from(args)
-    return chain, rl
+    chain = [name for name, _ in links]
+    return chain, [name for name, entry in links if entry.kind != "warm_start"]
 
 
 def start_program(args: argparse.Namespace, retriever: Any, lm: Any, options: dict[str, Any]) -> Any:
@@ -280,139 +326,33 @@ def start_program(args: argparse.Namespace, retriever: Any, lm: Any, options: di
 
 
 def build_optimizers(args: argparse.Namespace, chain: list[str], rl: list[str]) -> list[Any]:
-    """The optimizers of the chain :func:`check_chain` returned, built from the flags and writing under ``args.out``,
-    then with the fields of ``--config`` (when given) over them. No model loads.
+    """The optimizers of the chain :func:`check_chain` returned, built from the registry: each config from its
+    defaults, the run flags (``--out``, ``--seed``, ``--resume``, ``--no-progress``), the setting flags and, over
+    them, the fields of ``--config``; then validated. No model loads.
+
+    A chain's optimizers write to ``OUT/<name>``; a warm start or a lone SFT-style optimizer alone writes to OUT.
 
     Raises:
-        ConfigError: a flag's value is invalid, or the config file is unreadable or names an unknown field (the
-            message lists the valid ones).
+        ConfigError: a setting's value is invalid (one line naming its flag, the value and what is allowed), or the
+            config file is unreadable or names an unknown field (the message lists the valid ones).
     """
-    optimizers: list[Any] = []
-    if "sft" in chain:
-        optimizers.append(sft_from_args(args, args.out / "sft" if rl else args.out, resume=args.resume,
-                                        show_progress=not args.no_progress))  # fmt: skip
-    if rl == ["grpo"] and args.program == "search_r1":  # Search-R1's agent with plain GRPO over whole rollouts
-        from rolecall.optimizers import SearchR1GRPO
+    from rolecall.tuning.config_file import apply_fields, config_sections, load_config_file
 
-        optimizers.append(SearchR1GRPO(group_size=args.group_size, time_budget_s=args.rl_minutes * 60,
-                                       output_dir=args.out / "grpo", resume=args.resume, num_threads=args.threads,
-                                       seed=args.seed, show_progress=not args.no_progress))  # fmt: skip
-    elif rl in (["mapgrpo"], ["grpo"]):
-        from rolecall.optimizers import MAPGRPO, JointGRPO, MAPGRPOConfig
-
-        config = MAPGRPOConfig(group_size=args.group_size, time_budget_s=args.rl_minutes * 60,
-                               output_dir=args.out / rl[0], resume=args.resume, num_threads=args.threads,
-                               seed=args.seed, show_progress=not args.no_progress)  # fmt: skip
-        optimizers.append(MAPGRPO(config) if rl[0] == "mapgrpo" else JointGRPO(config))
-    elif rl == ["stride_ft"]:
-        from rolecall.optimizers import STRIDEFT
-
-        optimizers.append(STRIDEFT(num_plans=args.num_plans, time_budget_minutes=args.budget_minutes,
-                                   num_threads=args.threads, output_dir=str(args.out / "stride_ft"),
-                                   resume=args.resume, seed=args.seed, show_progress=not args.no_progress))  # fmt: skip
-    elif rl == ["multitask_sft"]:
-        from rolecall.optimizers.multitask_sft import MultiTaskSFT
-
-        optimizers.append(sft_from_args(args, args.out, resume=args.resume, show_progress=not args.no_progress,
-                                        cls=MultiTaskSFT))  # fmt: skip
-    elif rl == ["splanrl"]:
-        warm = "sft" in chain or getattr(args, "from_dir", None) is not None
-        optimizers.append(splanrl_from_args(args, cold_start="none" if warm else "self"))
-    elif rl == ["opd"]:
-        optimizers.append(opd_from_args(args))
-    if getattr(args, "config", None) is not None:
-        from rolecall.tuning.config_file import apply_config_file
-
-        optimizers = list(apply_config_file(args.config, dict(zip(chain, optimizers, strict=True))).values())
+    links = resolve_chain(args.program, ",".join(chain))
+    out = getattr(args, "out", None) or Path(".")
+    sections = config_sections(load_config_file(args.config), chain) if getattr(args, "config", None) else {}
+    warm = getattr(args, "from_dir", None) is not None
+    optimizers = []
+    for position, (name, entry) in enumerate(links):
+        cls = config_class(entry.name)
+        folder = out if len(links) == 1 and entry.kind != "trainer" else out / name
+        run = {"output_dir": str(folder), "seed": args.seed, "resume": bool(getattr(args, "resume", False)),
+               "show_progress": not args.no_progress, **(entry.after_warm_start if warm else {})}  # fmt: skip
+        config = cls.from_kwargs(name, run)
+        config = with_flags(config, args, name, last=position == len(links) - 1)
+        if name in sections:
+            logger.info("config file %s: %s fields %s", args.config, name, sorted(sections[name]))
+            config = apply_fields(config, sections[name])
+        optimizers.append(load_target(entry.optimizer, f"optimizer {entry.name!r}")(config))
+        warm = warm or entry.kind == "warm_start"
     return optimizers
-
-
-def sft_from_args(
-    args: argparse.Namespace, output_dir: Path, *, resume: bool = False, show_progress: bool = True, cls: Any = None
-) -> Any:
-    """The SFT optimizer that ``rolecall compile``'s training flags describe (``--epochs``, ``--max-steps``,
-    ``--learning-rate``, ``--lr-schedule``, ``--batch-size``, ``--grad-accum``, ``--roles``, ``--budget-minutes``,
-    ``--threads``),
-    checked before any model loads; ``benchmarks/bench_compile.py`` shares the flags. ``cls`` is an SFT subclass to
-    build instead (``MultiTaskSFT``).
-
-    Raises:
-        ConfigError: a flag's value is invalid (the message names it).
-    """
-    from rolecall.optimizers.sft import SFT, parse_max_steps
-
-    roles = parse_roles(getattr(args, "roles", None))
-    return (cls or SFT)(
-        **({"roles": roles} if roles else {}),  # unset: the optimizer's own default (MultiTaskSFT's planning roles)
-        epochs=args.epochs,
-        max_steps=parse_max_steps(args.max_steps),
-        resume=resume,
-        learning_rate=args.learning_rate,
-        lr_schedule=args.lr_schedule,
-        micro_batch_size=args.batch_size,
-        gradient_accumulation_steps=args.grad_accum,
-        time_budget_minutes=args.budget_minutes,
-        num_threads=args.threads,
-        output_dir=str(output_dir),
-        show_progress=show_progress,
-    )
-
-
-def splanrl_from_args(args: argparse.Namespace, *, cold_start: str) -> Any:
-    """D2Plan's SPlanRL from ``rolecall compile``'s flags, checked before any model loads: GRPO on the Reasoner with
-    G = ``--group-size`` rollouts within ``--rl-minutes``, written to OUT/splanrl. ``cold_start="self"`` (``--optimizer
-    splanrl``) runs the paper's cold start first (SFT on the program's own runs with an exactly right answer and a
-    search; ``--epochs``, ``--max-steps N``, ``--learning-rate``, ``--budget-minutes``, to OUT/splanrl/cold_start);
-    after ``sft,`` the chain's gold-path SFT is the cold start (``cold_start="none"``).
-
-    Raises:
-        ConfigError: a flag's value is invalid (the message names it).
-    """
-    from rolecall.optimizers.sft import parse_max_steps
-    from rolecall.optimizers.splanrl import SPlanRL
-
-    max_steps = parse_max_steps(args.max_steps) if cold_start != "none" else None
-    if isinstance(max_steps, dict):
-        raise ConfigError(f"--optimizer splanrl's cold start takes --max-steps N (one cap); got {args.max_steps!r}")
-    return SPlanRL(
-        group_size=args.group_size,
-        time_budget_minutes=args.rl_minutes,
-        cold_start=cold_start,
-        cold_start_epochs=args.epochs,
-        cold_start_max_steps=max_steps,
-        cold_start_learning_rate=args.learning_rate,
-        cold_start_minutes=args.budget_minutes,
-        num_threads=args.threads,
-        seed=args.seed,
-        output_dir=str(args.out / "splanrl"),
-        resume=args.resume,
-        show_progress=not args.no_progress,
-    )
-
-
-def opd_from_args(args: argparse.Namespace) -> Any:
-    """MultiAgent-OPD from ``rolecall compile``'s flags, checked before any model loads: G = ``--group-size`` team
-    rollouts per question; Stage I (the cascaded Teacher, to OUT/opd/teacher) and Stage II (the team, to OUT/opd)
-    each within ``--rl-minutes`` and, with ``--max-steps N``, at most N steps.
-
-    Raises:
-        ConfigError: a flag's value is invalid (the message names it).
-    """
-    from rolecall.optimizers.opd import OPD
-    from rolecall.optimizers.sft import parse_max_steps
-
-    max_steps = parse_max_steps(args.max_steps)
-    if isinstance(max_steps, dict):
-        raise ConfigError(f"--optimizer opd takes --max-steps N (one cap per stage); got {args.max_steps!r}")
-    steps = {} if max_steps is None else {"steps": max_steps, "teacher_steps": max_steps}
-    return OPD(
-        group_size=args.group_size,
-        time_budget_minutes=args.rl_minutes,
-        teacher_minutes=args.rl_minutes,
-        num_threads=args.threads,
-        seed=args.seed,
-        output_dir=str(args.out / "opd"),
-        resume=args.resume,
-        show_progress=not args.no_progress,
-        **steps,
-    )

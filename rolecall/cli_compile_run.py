@@ -12,7 +12,7 @@ adapters. Before the data or the model load (after :mod:`rolecall.cli_compile_ch
 * ``--resume`` with settings other than the saved ones (one line naming each differing flag with both values), or of
   a folder whose checkpoints are all damaged (the line names the damaged file).
 
-What may differ on resume: ``--threads``, ``--served-url``, ``--no-progress`` and ``-v``. On Ctrl-C,
+What may differ on resume: ``--num-threads``, ``--served-url``, ``--no-progress`` and ``-v``. On Ctrl-C,
 :func:`interrupted_message` names the step the last checkpoint holds and the command that continues it.
 """
 
@@ -47,45 +47,42 @@ logger = logging.getLogger("rolecall.cli")
 CONFIG_FILE = "compile_config.json"
 """The file in OUT that records the settings of the compile that wrote it."""
 
-# The settings that define a compile, in the order of the flags in `rolecall compile --help`, and their flags.
+# The command's own settings that define a compile, in the order of `rolecall compile --help`, and their flags; the
+# optimizers' settings follow, one per config field (their flags generated, :mod:`rolecall.cli_fields`).
 _FLAGS = {
     "program": "--program",
     "optimizer": "--optimizer",
     "from_dir": "--from",
-    "rl_minutes": "--rl-minutes",
-    "group_size": "--group-size",
-    "num_plans": "--num-plans",
     "dataset": "--dataset",
     "data_path": "--data-path",
     "seed": "--seed",
     "limit": "--limit",
-    "epochs": "--epochs",
-    "max_steps": "--max-steps",
-    "learning_rate": "--learning-rate",
-    "lr_schedule": "--lr-schedule",
-    "batch_size": "--batch-size",
-    "grad_accum": "--grad-accum",
-    "roles": "--roles",
-    "budget_minutes": "--budget-minutes",
     "k": "--k",
     "model": "--model",
     "option": "-o",
     "config": "--config",
 }
-# What compile writes into OUT: a folder holding one of these is a compile run --overwrite may clear.
-_WRITTEN = {CONFIG_FILE, "program.json", "metrics.jsonl", "samples.jsonl", "summary.json", "checkpoints", "adapters",
-            "sft_config.json", "loss.png", "rewards.png", "sft", "mapgrpo", "grpo", "stride_ft", "splanrl",
-            "opd"}  # fmt: skip
+# Config fields that may differ on --resume (or are set by the flags above): not part of the settings.
+_NOT_SETTINGS = ("output_dir", "resume", "show_progress", "num_threads", "seed")
+
+
+def _written() -> set[str]:
+    """What compile writes into OUT: a folder holding one of these is a compile run --overwrite may clear."""
+    from rolecall.optimizers.registry import optimizer_names
+
+    return {CONFIG_FILE, "program.json", "metrics.jsonl", "samples.jsonl", "summary.json", "checkpoints", "adapters",
+            "sft_config.json", "loss.png", "rewards.png", *optimizer_names()}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------- the settings
-def compile_settings(args: argparse.Namespace, chain: Sequence[str]) -> dict[str, Any]:
+def compile_settings(args: argparse.Namespace, chain: Sequence[str], optimizers: Sequence[Any]) -> dict[str, Any]:
     """The settings that define this compile (``--resume`` must repeat them), as ``compile_config.json`` holds them:
-    paths resolved, ``--max-steps`` and ``--roles`` parsed, ``--config`` with its contents' digest."""
+    the command's flags (paths resolved, ``--config`` with its contents' digest) and, under ``"optimizers"``, every
+    config field of each optimizer of the chain (the run settings that may change on resume left out)."""
     from rolecall.cli_common import DEFAULT_DATA_PATHS
-    from rolecall.cli_compile_checks import parse_roles
     from rolecall.lm.embedded import DEFAULT_LM
-    from rolecall.optimizers.sft import parse_max_steps
+    from rolecall.optimizers.registry import config_fields
+    from rolecall.tuning.config_file import optimizer_config
 
     def resolved(path: Any) -> str | None:
         return None if path is None else str(Path(path).resolve())
@@ -97,19 +94,21 @@ def compile_settings(args: argparse.Namespace, chain: Sequence[str]) -> dict[str
         optimizer=",".join(chain),
         from_dir=resolved(getattr(args, "from_dir", None)),
         data_path=None if args.dataset == "synthetic" else resolved(args.data_path or DEFAULT_DATA_PATHS[args.dataset]),
-        max_steps=parse_max_steps(args.max_steps),
-        roles=parse_roles(args.roles),
         model=resolved(model) if Path(model).exists() else model,
         option=sorted(args.option),
         config=None if config is None else {"path": resolved(config),
                                             "sha256": hashlib.sha256(Path(config).read_bytes()).hexdigest()},
     )  # fmt: skip
+    values["optimizers"] = {
+        name: {k: v for k, v in config_fields(optimizer_config(o)).items() if k not in _NOT_SETTINGS}
+        for name, o in zip(chain, optimizers, strict=True)
+    }
     return json.loads(json.dumps(values))  # as read back from the file (tuples become lists)
 
 
-def _shown(name: str, value: Any) -> str:
+def _shown(name: str, value: Any, flag: str | None = None) -> str:
     """One setting as the flags that give it (``--epochs 2``, ``-o a=1 -o b=2``, ``(no --limit)``)."""
-    flag = _FLAGS.get(name, name)
+    flag = flag or _FLAGS.get(name, name)
     if value is None or value == []:
         return f"(no {flag})"
     if isinstance(value, float):
@@ -155,7 +154,7 @@ def check_run_folder(out: Path, settings: Mapping[str, Any], *, resume: bool, ov
     """
     check_out_folder(out, "the compiled program and its checkpoints")
     names = _entries(out)
-    ours = sorted(set(names) & _WRITTEN)
+    ours = sorted(set(names) & _written())
     if not names:
         return [f"--resume: {out} holds no run yet; training starts afresh"] if resume else []
     if not ours:
@@ -181,10 +180,22 @@ def _check_same(out: Path, config: Path, settings: Mapping[str, Any]) -> None:
         saved = json.loads(config.read_text(encoding="utf-8"))["settings"]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
         raise ConfigError(f"{config} is unreadable ({err}); pass --overwrite to start the run again") from None
-    differ = [name for name in _FLAGS if saved.get(name) != settings.get(name)]
+    differ = [(n, None, saved.get(n), settings.get(n)) for n in _FLAGS if saved.get(n) != settings.get(n)]
+    if not differ and "optimizers" not in saved:
+        logger.warning("%s was compiled by an earlier rolecall, whose %s does not record the optimizers' settings: "
+                       "--resume cannot check that this call's are the run's", out, CONFIG_FILE)  # fmt: skip
+    elif not differ:  # the same chain: compare each optimizer's settings, named by their flags
+        from rolecall.cli_fields import flag_of
+
+        chain = list(settings.get("optimizers", {}))
+        for position, name in enumerate(chain):
+            old, new = (saved.get("optimizers") or {}).get(name, {}), settings["optimizers"][name]
+            prefix = None if position == len(chain) - 1 else name
+            differ += [(field, flag_of(field, prefix), old.get(field), new.get(field))
+                       for field in new if old.get(field) != new.get(field)]  # fmt: skip
     if differ:
-        was = " ".join(_shown(name, saved.get(name)) for name in differ)
-        now = " ".join(_shown(name, settings.get(name)) for name in differ)
+        was = " ".join(_shown(name, old, flag) for name, flag, old, _ in differ)
+        now = " ".join(_shown(name, new, flag) for name, flag, _, new in differ)
         raise ConfigError(f"--resume: {out} was compiled with {was}; this call says {now}; pass the same settings, "
                           "or --overwrite to start again")  # fmt: skip
 
@@ -241,28 +252,25 @@ def stop_model_thread(lm: Any) -> None:
 
 
 def print_curves(args: argparse.Namespace, chain: list[str], rl: list[str], optimizers: list[Any]) -> None:
-    """Prints the paths of the training curves that were written."""
+    """Prints the paths of the training curves that were written (plotting the RL rewards to OUT/rewards.png) and
+    what an optimizer selected, when it reports a selection."""
+    from rolecall.demo import plot_training_curve
 
     def show(label: str, path: Path) -> None:
         if path.is_file():
             print(f"{label}: {path}")
 
-    if "sft" in chain or rl == ["multitask_sft"]:
-        show("loss curve", (args.out / "sft" if rl and "sft" in chain else args.out) / "loss.png")
-    if rl == ["splanrl"]:
-        from rolecall.demo import plot_training_curve
-
-        if "sft" not in chain and args.from_dir is None:
-            show("cold start loss curve", args.out / "splanrl" / "cold_start" / "loss.png")
-        if plot_training_curve(args.out / "splanrl" / "metrics.jsonl", args.out / "rewards.png"):
+    for optimizer in optimizers:
+        folder = Path(optimizer.config.output_dir) if optimizer.config.output_dir else args.out
+        show("loss curve", folder / "loss.png")
+        show("cold start loss curve", folder / "cold_start" / "loss.png")
+        log = folder / "metrics.jsonl"
+        first = log.read_text().split("\n", 1)[0] if log.is_file() else ""
+        if '"reward/mean"' in first and plot_training_curve(log, args.out / "rewards.png"):
             show("reward curves", args.out / "rewards.png")
-    if rl == ["stride_ft"]:
-        print(f"selected samples: {optimizers[-1].selection} ({args.out / 'stride_ft' / 'selection.json'})")
-    if rl in (["mapgrpo"], ["grpo"]):
-        from rolecall.demo import plot_training_curve
-
-        if plot_training_curve(args.out / rl[0] / "metrics.jsonl", args.out / "rewards.png"):
-            show("reward curves", args.out / "rewards.png")
+        selection = getattr(optimizer, "selection", None)
+        if selection:
+            print(f"selected samples: {selection} ({folder / 'selection.json'})")
 
 
 def _newest_checkpoint(out: Path) -> tuple[Path | None, int]:

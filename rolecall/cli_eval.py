@@ -25,7 +25,7 @@ from typing import Any
 from rolecall.cli_common import (
     DATASET_CHOICES,
     DEFAULT_DATA_PATHS,
-    HelpFormatter,
+    add_command,
     add_common,
     build_retriever,
     existing,
@@ -55,21 +55,24 @@ _SPLITS = {
 _SYNTHETIC_SPLITS = {"all": "the synthetic world's train, dev and test questions"}
 
 
+_EVAL_HELP = "evaluate a program on a dataset (EM, F1, steps, tokens, latency) and write per-question records"
+_EVAL_DESCRIPTION = (
+    "Evaluate a registered program on a dataset with a closed corpus.\n\n"
+    "Writes OUT/records.jsonl (one line per finished question, so --resume continues a killed run),\n"
+    "OUT/summary.json and OUT/config.json, then prints the summary table. Exits 1 when every question failed."
+)
+_EVAL_EPILOG = (
+    "examples:\n"
+    "  rolecall eval --program single_step_rag --dataset synthetic --limit 20 --threads 16\n"
+    "  rolecall eval --program opera --dataset musique --retriever dense --out runs/opera-musique\n"
+    "  rolecall eval --program opera --dataset musique --out runs/opera-musique --resume\n"
+    "  rolecall eval --load runs/opera-compiled --dataset synthetic --limit 50"
+)
+
+
 def add_eval_parser(sub: Any) -> None:
     """Add the ``eval`` subcommand to ``sub`` (an ``argparse`` subparsers action)."""
-    p = sub.add_parser(
-        "eval",
-        help="evaluate a program on a dataset (EM, F1, steps, tokens, latency) and write per-question records",
-        description="Evaluate a registered program on a dataset with a closed corpus.\n\n"
-        "Writes OUT/records.jsonl (one line per finished question, so --resume continues a killed run),\n"
-        "OUT/summary.json and OUT/config.json, then prints the summary table. Exits 1 when every question failed.",
-        epilog="examples:\n"
-        "  rolecall eval --program single_step_rag --dataset synthetic --limit 20 --threads 16\n"
-        "  rolecall eval --program opera --dataset musique --retriever dense --out runs/opera-musique\n"
-        "  rolecall eval --program opera --dataset musique --out runs/opera-musique --resume\n"
-        "  rolecall eval --load runs/opera-compiled --dataset synthetic --limit 50",
-        formatter_class=HelpFormatter,
-    )
+    p = add_command(sub, "eval", _EVAL_HELP, _EVAL_DESCRIPTION, _EVAL_EPILOG)
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--program", choices=program_names(), help="the program to evaluate (prompt-only)")
     which.add_argument(

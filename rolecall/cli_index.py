@@ -9,28 +9,31 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli_common import DEFAULT_DATA_PATHS, HelpFormatter, add_common, existing, split_of
+from rolecall.cli_common import DEFAULT_DATA_PATHS, add_command, add_common, existing, split_of
 from rolecall.errors import ConfigError
 
 __all__ = ["add_index_parser", "cmd_index"]
 
 
+_INDEX_HELP = "build (and optionally fine-tune) a ColBERT + PLAID index over a dataset's closed corpus and save it"
+_INDEX_DESCRIPTION = (
+    "Encode a dataset's closed corpus with ColBERT (the embedded MiniLM plus PyLate's projection) and\n"
+    "index it with PLAID. With --fine-tune-minutes, ColBERT is first fine-tuned with PyLate's contrastive loss on\n"
+    "(question, gold passage, BM25 hard negative) triples of the 80% train side of the hash split, so\n"
+    "`rolecall eval --split test` stays held out.\n\n"
+    "Writes OUT/config.json, OUT/corpus.jsonl, OUT/model/ and OUT/index/ (no pickle; load with\n"
+    "rolecall.retrievers.ColBERTRetriever.load(OUT)) and OUT/training.json when it fine-tunes."
+)
+_INDEX_EPILOG = (
+    "examples:\n"
+    "  rolecall index --dataset musique --out runs/colbert-musique\n"
+    "  rolecall index --dataset hotpotqa --fine-tune-minutes 10 --out runs/colbert-hotpotqa"
+)
+
+
 def add_index_parser(sub: Any) -> None:
     """Adds ``rolecall index`` to the subcommands ``sub``."""
-    p = sub.add_parser(
-        "index",
-        help="build (and optionally fine-tune) a ColBERT + PLAID index over a dataset's closed corpus and save it",
-        description="Encode a dataset's closed corpus with ColBERT (the embedded MiniLM plus PyLate's projection) and\n"
-        "index it with PLAID. With --fine-tune-minutes, ColBERT is first fine-tuned with PyLate's contrastive loss on\n"
-        "(question, gold passage, BM25 hard negative) triples of the 80% train side of the hash split, so\n"
-        "`rolecall eval --split test` stays held out.\n\n"
-        "Writes OUT/config.json, OUT/corpus.jsonl, OUT/model/ and OUT/index/ (no pickle; load with\n"
-        "rolecall.retrievers.ColBERTRetriever.load(OUT)) and OUT/training.json when it fine-tunes.",
-        epilog="examples:\n"
-        "  rolecall index --dataset musique --out runs/colbert-musique\n"
-        "  rolecall index --dataset hotpotqa --fine-tune-minutes 10 --out runs/colbert-hotpotqa",
-        formatter_class=HelpFormatter,
-    )
+    p = add_command(sub, "index", _INDEX_HELP, _INDEX_DESCRIPTION, _INDEX_EPILOG)
     p.add_argument(
         "--dataset", default="hotpotqa", choices=("hotpotqa", "2wiki", "musique"), help="default: %(default)s"
     )

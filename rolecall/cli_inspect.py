@@ -11,17 +11,19 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import inspect
 import textwrap
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli_common import HelpFormatter, add_common
+from rolecall.cli_common import add_command, add_common
 from rolecall.cli_compile import APPLIES_TO, OPTIMIZERS
-from rolecall.programs.registry import PROGRAMS, get_program_class, program_names
+from rolecall.cli_fields import default_text, option_docs, type_text
+from rolecall.optimizers.registry import optimizer_entry
+from rolecall.programs.registry import PROGRAMS, get_program_class, get_system, program_names
 
 __all__ = [
     "OPTIMIZER_SUMMARIES",
@@ -35,15 +37,23 @@ __all__ = [
     "program_info",
 ]
 
-OPTIMIZER_SUMMARIES: dict[str, str] = {
-    "sft": "supervised fine-tuning of each role's adapter on the program's own prompts along the gold path",
-    "mapgrpo": "MAPGRPO: each role in turn with GRPO and an expert-augmented group (OPERA, paper Eq. 11)",
-    "grpo": "single-stage GRPO over all roles (OPERA), or Search-R1's GRPO over whole rollouts (search_r1)",
-    "stride_ft": "STRIDE-FT: Meta-Planner DPO and Supervisor / Extractor / Reasoner SFT from STRIDE's own runs",
-    "multitask_sft": "one adapter trained on REAP's merged Decomposer and Re-Planner data",
-    "splanrl": "SPlanRL: an SFT cold start, then GRPO on D2Plan's Reasoner with the Purifier frozen",
-    "opd": "MultiAgent-OPD: role rewards and on-policy distillation of the Searchers from a cascaded Teacher",
-}
+
+class _Summaries(Mapping[str, str]):
+    """``--optimizer`` name -> its registered one-line summary, read from the registry on every access."""
+
+    def __getitem__(self, name: str) -> str:
+        if name not in OPTIMIZERS:
+            raise KeyError(name)
+        return optimizer_entry(name).summary
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(OPTIMIZERS)
+
+    def __len__(self) -> int:
+        return len(OPTIMIZERS)
+
+
+OPTIMIZER_SUMMARIES: Mapping[str, str] = _Summaries()
 """One line per ``rolecall compile --optimizer`` name."""
 
 SWITCHES = (
@@ -62,47 +72,50 @@ _WIDTH = 110  # the width the listings wrap to
 
 
 # ------------------------------------------------------------------------------------------------------ parsers
+_PROGRAMS_HELP = "list the programs and optimizers; `rolecall programs NAME` shows one program's roles and options"
+_PROGRAMS_DESCRIPTION = (
+    "List the registered programs (class, roles and adapters, one line each) and the weight\n"
+    "optimizers with the programs they apply to. With NAME: that program's roles and adapter groups, its\n"
+    "options (-o KEY=VALUE of `rolecall eval` / `rolecall compile`) with type, default and doc, and the\n"
+    "optimizers that apply to it."
+)
+_PROGRAMS_EPILOG = "examples:\n  rolecall programs\n  rolecall programs opera"
+
+_SHOW_HELP = "print an eval run's summary and a row per question, or one question's trajectory"
+_SHOW_DESCRIPTION = (
+    "Read an eval output folder (`rolecall eval --out RUN`: records.jsonl, summary.json,\n"
+    "config.json). Without --question: the run's summary and a table of its questions (id, EM, F1, steps,\n"
+    "prediction vs gold). With --question ID: that question's trajectory, step by step: the role and its\n"
+    "adapter, what it saw (inputs, cut short), what it said, what it retrieved, errors and rewards."
+)
+_SHOW_EPILOG = (
+    "examples:\n  rolecall show runs/opera-hotpot\n"
+    "  rolecall show runs/opera-hotpot --question 5a8b57f25542995d1e6f1371"
+)
+
+_REPORT_HELP = "write an eval run as one self-contained HTML page (summary, question table, trajectories)"
+_REPORT_DESCRIPTION = (
+    "Write a static HTML report of an eval output folder: the summary, a table with one row per\n"
+    "question and each question's trajectory in a collapsible block. One file, inline CSS, no scripts and no\n"
+    "external assets: open it in any browser, attach it, or serve it as it is."
+)
+_REPORT_EPILOG = "examples:\n  rolecall report runs/opera-hotpot\n  rolecall report runs/opera-hotpot --out opera.html"
+
+
 def add_inspect_parsers(sub: Any) -> None:
     """Adds ``rolecall programs``, ``rolecall show`` and ``rolecall report`` to the subcommands ``sub``."""
-    p = sub.add_parser(
-        "programs",
-        help="list the programs and optimizers; `rolecall programs NAME` shows one program's roles and options",
-        description="List the registered programs (class, roles and adapters, one line each) and the weight\n"
-        "optimizers with the programs they apply to. With NAME: that program's roles and adapter groups, its\n"
-        "options (-o KEY=VALUE of `rolecall eval` / `rolecall compile`) with type, default and doc, and the\n"
-        "optimizers that apply to it.",
-        epilog="examples:\n  rolecall programs\n  rolecall programs opera",
-        formatter_class=HelpFormatter,
-    )
+    p = add_command(sub, "programs", _PROGRAMS_HELP, _PROGRAMS_DESCRIPTION, _PROGRAMS_EPILOG)
     p.add_argument("name", nargs="?", default=None, metavar="NAME", help="a registered program (default: list all)")
     add_common(p)
     p.set_defaults(func=cmd_programs)
 
-    p = sub.add_parser(
-        "show",
-        help="print an eval run's summary and a row per question, or one question's trajectory",
-        description="Read an eval output folder (`rolecall eval --out RUN`: records.jsonl, summary.json,\n"
-        "config.json). Without --question: the run's summary and a table of its questions (id, EM, F1, steps,\n"
-        "prediction vs gold). With --question ID: that question's trajectory, step by step: the role and its\n"
-        "adapter, what it saw (inputs, cut short), what it said, what it retrieved, errors and rewards.",
-        epilog="examples:\n  rolecall show runs/opera-hotpot\n"
-        "  rolecall show runs/opera-hotpot --question 5a8b57f25542995d1e6f1371",
-        formatter_class=HelpFormatter,
-    )
+    p = add_command(sub, "show", _SHOW_HELP, _SHOW_DESCRIPTION, _SHOW_EPILOG)
     p.add_argument("run", type=Path, metavar="RUN", help="an eval output folder")
     p.add_argument("--question", default=None, metavar="ID", help="show this question's trajectory")
     add_common(p)
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser(
-        "report",
-        help="write an eval run as one self-contained HTML page (summary, question table, trajectories)",
-        description="Write a static HTML report of an eval output folder: the summary, a table with one row per\n"
-        "question and each question's trajectory in a collapsible block. One file, inline CSS, no scripts and no\n"
-        "external assets: open it in any browser, attach it, or serve it as it is.",
-        epilog="examples:\n  rolecall report runs/opera-hotpot\n  rolecall report runs/opera-hotpot --out opera.html",
-        formatter_class=HelpFormatter,
-    )
+    p = add_command(sub, "report", _REPORT_HELP, _REPORT_DESCRIPTION, _REPORT_EPILOG)
     p.add_argument("run", type=Path, metavar="RUN", help="an eval output folder")
     p.add_argument("--out", type=Path, default=None, metavar="FILE", help="the HTML file (default: RUN/report.html)")
     add_common(p)
@@ -132,56 +145,6 @@ class ProgramInfo:
     optimizers: list[str]
 
 
-def option_docs(options_cls: type) -> dict[str, str]:
-    """Field name -> attribute docstring (the string literal under the field) of a dataclass and its dataclass bases,
-    read from their source, as the house style writes them; a field without one is absent.
-
-    Example:
-        >>> from rolecall.programs.core.options import PassageOptions
-        >>> option_docs(PassageOptions)["max_passage_chars"]
-        'Characters of one passage shown to an LM.'
-    """
-    docs: dict[str, str] = {}
-    for klass in reversed(options_cls.__mro__):  # a subclass's doc of a redeclared field wins
-        if not dataclasses.is_dataclass(klass):
-            continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        except (OSError, TypeError, SyntaxError):  # no source (a frozen or generated class): no docs
-            continue
-        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for node, after in zip(body, body[1:], strict=False):
-            if (
-                isinstance(node, ast.AnnAssign)
-                and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)
-            ):
-                docs[node.target.id] = " ".join(inspect.cleandoc(after.value.value).split())
-    return docs
-
-
-def _type_text(field: dataclasses.Field, tp: Any) -> str:
-    from rolecall.programs.core.options import describe_type
-
-    low, high = field.metadata.get("low"), field.metadata.get("high")
-    text = describe_type(tp)
-    if low is not None and high is not None:
-        return f"{text} in [{low}, {high}]"
-    return text + (f" >= {low}" if low is not None else "") + (f" <= {high}" if high is not None else "")
-
-
-def _default_text(field: dataclasses.Field) -> str:
-    if field.default is not dataclasses.MISSING:
-        value = field.default
-    elif field.default_factory is not dataclasses.MISSING:
-        value = field.default_factory()
-    else:
-        return "required"
-    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
-
-
 def _description(cls: type) -> str:
     """The first sentence of the class docstring's first paragraph, on one line."""
     paragraph = " ".join(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].split()).replace("``", "")
@@ -191,10 +154,7 @@ def _description(cls: type) -> str:
 
 def applicable_optimizers(name: str) -> list[str]:
     """The ``--optimizer`` names that apply to program ``name`` (``sft`` where it has gold-path targets)."""
-    from rolecall.optimizers.sft import GOLD_BUILDERS
-
-    found = ["sft"] if get_program_class(name) in GOLD_BUILDERS else []
-    return found + [o for o, programs in APPLIES_TO.items() if name in programs]
+    return get_system(name).optimizer_names()
 
 
 def program_info(name: str) -> ProgramInfo:
@@ -210,7 +170,7 @@ def program_info(name: str) -> ProgramInfo:
     options_cls = cls.Options
     types, docs = option_types(options_cls), option_docs(options_cls)
     options = [
-        OptionInfo(f.name, _type_text(f, types[f.name]), _default_text(f), docs.get(f.name, ""))
+        OptionInfo(f.name, type_text(f, types[f.name]), default_text(f), docs.get(f.name, ""))
         for f in dataclasses.fields(options_cls)
     ]
     return ProgramInfo(name, cls, _description(cls), program.adapter_roles(), options, applicable_optimizers(name))

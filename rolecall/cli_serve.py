@@ -10,33 +10,36 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli_common import HelpFormatter, add_common
+from rolecall.cli_common import add_command, add_common
 from rolecall.errors import ConfigError, ModelLoadError
 from rolecall.lm.engines import add_engine_argument
 
 __all__ = ["add_serve_parser", "cmd_serve", "parse_adapter_flags", "saved_adapters"]
 
 
+_SERVE_HELP = "serve the LM and LoRA adapters over an OpenAI-compatible HTTP API"
+_SERVE_DESCRIPTION = (
+    "Serve a local model, with any LoRA adapters, over an OpenAI-compatible HTTP API:\n"
+    "/v1/chat/completions, /v1/completions and /v1/models, vLLM's /v1/load_lora_adapter and\n"
+    "/v1/unload_lora_adapter, /health and /stats. A request's `model` picks the base model (its served name) or\n"
+    "an adapter (its name). Concurrent requests decode together (continuous batching).\n\n"
+    "Once listening, the first line on stdout is\n"
+    "  rolecall serve: listening on http://HOST:PORT (model NAME; adapters: A, B)\n"
+    "and the server runs until SIGINT / SIGTERM."
+)
+_SERVE_EPILOG = (
+    "examples:\n"
+    "  rolecall serve --port 8000\n"
+    "  rolecall serve --load runs/opera-sft --port 0          # a compiled program's role adapters\n"
+    "  rolecall serve --adapter plan=runs/opera-sft/adapters/plan --served-model-name smollm2\n"
+    "  curl -s localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+    '    -d \'{"model": "plan", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32}\''
+)
+
+
 def add_serve_parser(sub: Any) -> None:
     """Adds ``rolecall serve`` to the subcommands ``sub``."""
-    p = sub.add_parser(
-        "serve",
-        help="serve the LM and LoRA adapters over an OpenAI-compatible HTTP API",
-        description="Serve a local model, with any LoRA adapters, over an OpenAI-compatible HTTP API:\n"
-        "/v1/chat/completions, /v1/completions and /v1/models, vLLM's /v1/load_lora_adapter and\n"
-        "/v1/unload_lora_adapter, /health and /stats. A request's `model` picks the base model (its served name) or\n"
-        "an adapter (its name). Concurrent requests decode together (continuous batching).\n\n"
-        "Once listening, the first line on stdout is\n"
-        "  rolecall serve: listening on http://HOST:PORT (model NAME; adapters: A, B)\n"
-        "and the server runs until SIGINT / SIGTERM.",
-        epilog="examples:\n"
-        "  rolecall serve --port 8000\n"
-        "  rolecall serve --load runs/opera-sft --port 0          # a compiled program's role adapters\n"
-        "  rolecall serve --adapter plan=runs/opera-sft/adapters/plan --served-model-name smollm2\n"
-        "  curl -s localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\\n"
-        '    -d \'{"model": "plan", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32}\'',
-        formatter_class=HelpFormatter,
-    )
+    p = add_command(sub, "serve", _SERVE_HELP, _SERVE_DESCRIPTION, _SERVE_EPILOG)
     p.add_argument("--model", default=None, metavar="NAME_OR_PATH",
                    help="LM name or local model directory (default: the embedded SmolLM2-135M-Instruct)")  # fmt: skip
     p.add_argument("--load", type=Path, default=None, metavar="DIR",

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rolecall.cli_common import DEFAULT_DATA_PATHS, HelpFormatter, add_common, build_retriever, existing, split_of
+from rolecall.cli_common import DEFAULT_DATA_PATHS, add_command, add_common, build_retriever, existing, split_of
 from rolecall.cli_compile import add_training_arguments, build_optimizers, check_chain, start_program
 from rolecall.errors import ConfigError
 from rolecall.programs.registry import get_program_class, option_names, parse_program_options
@@ -20,39 +21,43 @@ DEV_SALT = "rolecall-tune-dev"
 """Salt of the hash split that takes a real dataset's dev questions from its train side (the test side stays out)."""
 
 
-def add_tune_parser(sub: Any) -> None:
-    """Adds ``rolecall tune`` to the subcommands ``sub``."""
-    p = sub.add_parser(
-        "tune",
-        help="search an optimizer's config fields (reward weights, ...) against dev EM with optuna; resumable",
-        description="Search the config fields of `rolecall compile`'s optimizer (or chain) against the dev score:\n"
-        "each trial compiles the program on the training questions with the trial's fields and evaluates it on dev\n"
-        "questions (the synthetic world's dev split; for a real dataset, 20% of its train side). Reward weights\n"
-        "that sum to 1 are a --simplex group, sampled on the simplex. TPE by default; --sampler grid is the papers'\n"
-        "grid search (simplex groups on a --grid-step grid). During training the optimizer reports the dev score\n"
-        "after each stage (and every --eval-every steps) and the pruner stops hopeless trials.\n\n"
-        "The study lives in OUT/study.db (SQLite): rerunning the same command resumes it, keeping every finished\n"
-        "trial (after a SIGKILL too; a trial that was running is retried). --trials counts the study's finished\n"
-        "trials, earlier runs' included.\n\n"
-        "Writes OUT/best_config.json (for `rolecall compile --config`), OUT/trials.json, OUT/plots/*.png\n"
-        "(history, importances, slice, intermediate) and OUT/trials/<n>/ (each trial's training output).\n"
-        "Trial 0 of a new TPE or random study runs the optimizer's defaults (the paper's values; --no-defaults-trial\n"
-        "skips it), and the summary compares the best trial with it.\n\n"
-        "Search flags: --param NAME=float:LOW:HIGH[:log][:step=S] | int:LOW:HIGH[:log][:step=S] | cat:A,B,C and\n"
-        "--simplex GROUP=F1,F2,...[@TOTAL] (fields GROUP.F1, ...) or F1,F2,... (top-level fields). With a chain,\n"
-        "prefix the fields with the optimizer: --simplex mapgrpo.rewrite_weights=retrieval,format.",
-        epilog="examples:\n"
-        "  rolecall tune --program single_step_rag --optimizer sft --limit 40 --dev-limit 20 --trials 12 \\\n"
-        "      --param learning_rate=float:1e-4:1e-2:log --param epochs=float:0.5:3 --out runs/tune-sft\n"
-        "  rolecall tune --program opera --optimizer mapgrpo --rl-minutes 10 --trials 20 --eval-every 2 \\\n"
-        "      --simplex plan_weights=logic,feasibility,execution,efficiency,placeholder --out runs/tune-opera\n"
-        "  rolecall tune --program opera --optimizer mapgrpo --sampler grid --grid-step 0.1 \\\n"
-        "      --simplex rewrite_weights=retrieval,format --out runs/grid-opera\n"
-        "  rolecall compile --program opera --optimizer mapgrpo --config runs/tune-opera/best_config.json \\\n"
-        "      --out runs/opera-tuned",
-        formatter_class=HelpFormatter,
-    )
-    add_training_arguments(p)
+_TUNE_HELP = "search an optimizer's config fields (reward weights, ...) against dev EM with optuna; resumable"
+_TUNE_DESCRIPTION = (
+    "Search the config fields of `rolecall compile`'s optimizer (or chain) against the dev score:\n"
+    "each trial compiles the program on the training questions with the trial's fields and evaluates it on dev\n"
+    "questions (the synthetic world's dev split; for a real dataset, 20% of its train side). Reward weights\n"
+    "that sum to 1 are a --simplex group, sampled on the simplex. TPE by default; --sampler grid is the papers'\n"
+    "grid search (simplex groups on a --grid-step grid). During training the optimizer reports the dev score\n"
+    "after each stage (and every --eval-every steps) and the pruner stops hopeless trials.\n\n"
+    "The study lives in OUT/study.db (SQLite): rerunning the same command resumes it, keeping every finished\n"
+    "trial (after a SIGKILL too; a trial that was running is retried). --trials counts the study's finished\n"
+    "trials, earlier runs' included.\n\n"
+    "Writes OUT/best_config.json (for `rolecall compile --config`), OUT/trials.json, OUT/plots/*.png\n"
+    "(history, importances, slice, intermediate) and OUT/trials/<n>/ (each trial's training output).\n"
+    "Trial 0 of a new TPE or random study runs the optimizer's defaults (the paper's values; --no-defaults-trial\n"
+    "skips it), and the summary compares the best trial with it.\n\n"
+    "Search flags: --param NAME=float:LOW:HIGH[:log][:step=S] | int:LOW:HIGH[:log][:step=S] | cat:A,B,C and\n"
+    "--simplex GROUP=F1,F2,...[@TOTAL] (fields GROUP.F1, ...) or F1,F2,... (top-level fields). With a chain,\n"
+    "prefix the fields with the optimizer: --simplex mapgrpo.rewrite_weights=retrieval,format."
+)
+_TUNE_EPILOG = (
+    "examples:\n"
+    "  rolecall tune --program single_step_rag --optimizer sft --limit 40 --dev-limit 20 --trials 12 \\\n"
+    "      --param learning_rate=float:1e-4:1e-2:log --param epochs=float:0.5:3 --out runs/tune-sft\n"
+    "  rolecall tune --program opera --optimizer mapgrpo --time-budget-minutes 10 --trials 20 --eval-every 2 \\\n"
+    "      --simplex plan_weights=logic,feasibility,execution,efficiency,placeholder --out runs/tune-opera\n"
+    "  rolecall tune --program opera --optimizer mapgrpo --sampler grid --grid-step 0.1 \\\n"
+    "      --simplex rewrite_weights=retrieval,format --out runs/grid-opera\n"
+    "  rolecall compile --program opera --optimizer mapgrpo --config runs/tune-opera/best_config.json \\\n"
+    "      --out runs/opera-tuned"
+)
+
+
+def add_tune_parser(sub: Any, argv: Sequence[str] | None = None) -> None:
+    """Adds ``rolecall tune`` to the subcommands ``sub``; ``argv`` decides which optimizers' settings ``--help`` lists
+    (as for ``rolecall compile``)."""
+    p = add_command(sub, "tune", _TUNE_HELP, _TUNE_DESCRIPTION, _TUNE_EPILOG)
+    add_training_arguments(p, argv)
     search = p.add_argument_group("search")
     search.add_argument("--param", action="append", default=[], metavar="NAME=SPEC",
                         help="a searched config field (see above); repeatable")  # fmt: skip
@@ -115,6 +120,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         parse_simplex,
         tune,
     )
+    from rolecall.tuning.config_file import optimizer_config
 
     if not args.verbose:  # optuna logs every trial at INFO; this command prints its own summary
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -134,7 +140,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     objective = Objective(program_factory=_program_factory(args, corpus, options), optimizers=templates, space=space,
                           trainset=trainset, devset=devset, base_config=base, grid=args.sampler == "grid",
                           eval_every=args.eval_every, metric=args.metric, output_dir=args.out,
-                          num_threads=args.threads, reset=args.from_dir is None)  # fmt: skip
+                          num_threads=optimizer_config(templates[chain[-1]]).num_threads,
+                          reset=args.from_dir is None)  # fmt: skip
     defaults = _defaults_params(args, objective, space)
     storage = args.storage or args.out / "study.db"
     study = open_study(storage, study_name=args.study_name, sampler=sampler, pruner=pruner,

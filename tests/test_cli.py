@@ -254,7 +254,7 @@ def test_compile_then_eval_load_on_a_tiny_model(tmp_path, tiny_model, smollm_tok
     tiny_model.save_pretrained(model_dir)
     smollm_tokenizer.save_pretrained(model_dir)
     argv = ["compile", "--program", "opera", "--limit", "3", "--max-steps", "1", "--model", str(model_dir)]
-    assert main([*argv, "--out", str(saved), "--no-progress", "--threads", "2"]) == 0
+    assert main([*argv, "--out", str(saved), "--no-progress", "--num-threads", "2"]) == 0
     printed = capsys.readouterr().out
     assert "opera compiled with sft on 3 synthetic questions" in printed and "rolecall eval --load" in printed
     payload = json.loads((saved / "program.json").read_text())
@@ -285,9 +285,9 @@ def test_compile_chains_sft_and_mapgrpo(tmp_path, tiny_model, smollm_tokenizer, 
     model_dir, saved = tmp_path / "tiny", tmp_path / "chained"
     tiny_model.save_pretrained(model_dir)
     smollm_tokenizer.save_pretrained(model_dir)
-    argv = ["compile", "--program", "opera", "--optimizer", "sft,mapgrpo", "--limit", "3", "--max-steps", "1",
-            "--rl-minutes", "0.01", "--group-size", "2", "--model", str(model_dir)]  # fmt: skip
-    assert main([*argv, "--out", str(saved), "--no-progress", "--threads", "2"]) == 0
+    argv = ["compile", "--program", "opera", "--optimizer", "sft,mapgrpo", "--limit", "3", "--sft.max-steps", "1",
+            "--time-budget-minutes", "0.01", "--group-size", "2", "--model", str(model_dir)]  # fmt: skip
+    assert main([*argv, "--out", str(saved), "--no-progress", "--num-threads", "2"]) == 0
     printed = capsys.readouterr().out
     assert "opera compiled with sft,mapgrpo on 3 synthetic questions" in printed
     assert "mapgrpo optimizer steps per adapter: {'plan': 1}" in printed
@@ -301,7 +301,7 @@ def test_compile_multitask_sft_trains_reaps_one_planning_adapter(tmp_path, tiny_
     tiny_model.save_pretrained(model_dir)
     smollm_tokenizer.save_pretrained(model_dir)
     argv = ["compile", "--program", "reap", "--optimizer", "multitask_sft", "--limit", "3", "--max-steps", "1",
-            "--model", str(model_dir), "--out", str(saved), "--no-progress", "--threads", "2"]  # fmt: skip
+            "--model", str(model_dir), "--out", str(saved), "--no-progress", "--num-threads", "2"]  # fmt: skip
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "multitask_sft optimizer steps per adapter: {'multitask': 1}" in printed
@@ -317,7 +317,8 @@ def test_compile_stride_ft_that_selects_nothing_says_what_to_do(tmp_path, tiny_m
     tiny_model.save_pretrained(model_dir)
     smollm_tokenizer.save_pretrained(model_dir)
     argv = ["compile", "--program", "stride", "--optimizer", "stride_ft", "--limit", "2", "--num-plans", "2",
-            "--model", str(model_dir), "--out", str(tmp_path / "out"), "--no-progress", "--threads", "2"]  # fmt: skip
+            "--model", str(model_dir), "--out", str(tmp_path / "out"), "--no-progress",
+            "--num-threads", "2"]  # fmt: skip
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert "STRIDEFT selected no sample from 2 questions x 2 runs" in err and "SFT first" in err
@@ -328,7 +329,7 @@ def test_compile_stride_ft_that_selects_nothing_says_what_to_do(tmp_path, tiny_m
     "optimizer, program, message",
     [
         ("mapgrpo,sft", "opera", "sft is the warm start, so it comes first"),
-        ("sft,mapgrpo,grpo", "opera", "pick one of mapgrpo, grpo, stride_ft, multitask_sft, splanrl, opd (after sft)"),
+        ("sft,mapgrpo,grpo", "opera", "pick one of mapgrpo, grpo (after sft)"),
         ("sft,mapgrpo", "reap", "--optimizer mapgrpo applies to opera, not 'reap'"),
         ("stride_ft", "opera", "--optimizer stride_ft applies to stride, not 'opera'"),
         ("multitask_sft", "stride", "--optimizer multitask_sft applies to reap, not 'stride'"),
@@ -347,7 +348,7 @@ def test_compile_rejects_a_bad_chain_before_loading(monkeypatch, capsys, optimiz
 
 def test_compile_rejects_a_bad_batch_size_before_loading(monkeypatch, capsys):
     monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
-    assert main(["compile", "--program", "opera", "--batch-size", "0", "--out", "x"]) == 1
+    assert main(["compile", "--program", "opera", "--micro-batch-size", "0", "--out", "x"]) == 1
     err = capsys.readouterr().err
     assert "micro_batch_size" in err and "0" in err and "Traceback" not in err
 
@@ -381,7 +382,7 @@ def test_compile_on_a_real_dataset_trains_on_its_train_side(tmp_path, tiny_model
     tiny_model.save_pretrained(model_dir)
     smollm_tokenizer.save_pretrained(model_dir)
     argv = ["compile", "--program", "opera", "--dataset", "musique", "--limit", "2", "--max-steps", "1"]
-    assert main([*argv, "--model", str(model_dir), "--out", str(saved), "--no-progress", "--threads", "2"]) == 0
+    assert main([*argv, "--model", str(model_dir), "--out", str(saved), "--no-progress", "--num-threads", "2"]) == 0
     assert "opera compiled with sft on 2 musique questions" in capsys.readouterr().out
     from rolecall.cli_common import DEFAULT_DATA_PATHS
     from rolecall.data import hash_split
@@ -397,21 +398,25 @@ def test_compile_on_a_real_dataset_trains_on_its_train_side(tmp_path, tiny_model
 def test_compile_splanrl_builds_d2plans_optimizer_from_the_flags():
     """`--optimizer splanrl` alone: the paper's filtered self cold start, then GRPO; after `sft,` the chain's SFT is
     the cold start. Built from the flags before any model loads."""
-    from rolecall.cli_compile import splanrl_from_args
+    from rolecall.cli_compile import build_optimizers, check_chain
     from rolecall.optimizers import SPlanRL
     from rolecall.optimizers.splanrl import cold_start_metric
 
-    argv = ["compile", "--program", "d2plan", "--optimizer", "splanrl", "--group-size", "5", "--rl-minutes", "3",
-            "--epochs", "1", "--max-steps", "7", "--seed", "2", "--out", "runs/x"]  # fmt: skip
-    args = build_parser().parse_args(argv)
-    optimizer = splanrl_from_args(args, cold_start="self")
+    def built(optimizer):
+        argv = ["compile", "--program", "d2plan", "--optimizer", optimizer, "--group-size", "5",
+                "--time-budget-minutes", "3", "--cold-start-epochs", "1", "--cold-start-max-steps", "7", "--seed", "2",
+                "--out", "runs/x"]  # fmt: skip
+        args = build_parser(argv).parse_args(argv)
+        return build_optimizers(args, *check_chain(args))[-1]
+
+    optimizer = built("splanrl")
     cfg = optimizer.splanrl_config
     assert isinstance(optimizer, SPlanRL) and cfg.group_size == 5 and cfg.time_budget_minutes == 3
     assert (cfg.cold_start, cfg.cold_start_epochs, cfg.cold_start_max_steps, cfg.seed) == ("self", 1.0, 7, 2)
     assert cfg.output_dir == str(Path("runs/x") / "splanrl") and optimizer.config.time_budget_s == 180
     cold = optimizer.cold_start_optimizer()
     assert cold.metric is cold_start_metric and cold.sft_config.output_dir == str(Path("runs/x/splanrl/cold_start"))
-    assert splanrl_from_args(args, cold_start="none").cold_start_optimizer() is None
+    assert built("sft,splanrl").cold_start_optimizer() is None
 
 
 def test_compile_chains_sft_and_splanrl_on_a_tiny_model(tmp_path, tiny_model, smollm_tokenizer, capsys):
@@ -420,10 +425,10 @@ def test_compile_chains_sft_and_splanrl_on_a_tiny_model(tmp_path, tiny_model, sm
     model_dir, saved = tmp_path / "tiny", tmp_path / "d2plan-splanrl"
     tiny_model.save_pretrained(model_dir)
     smollm_tokenizer.save_pretrained(model_dir)
-    argv = ["compile", "--program", "d2plan", "--optimizer", "sft,splanrl", "--limit", "2", "--max-steps", "1",
-            "--rl-minutes", "0.01", "--group-size", "2", "--model", str(model_dir), "-o", "max_searches=1",
+    argv = ["compile", "--program", "d2plan", "--optimizer", "sft,splanrl", "--limit", "2", "--sft.max-steps", "1",
+            "--time-budget-minutes", "0.01", "--group-size", "2", "--model", str(model_dir), "-o", "max_searches=1",
             "-o", "max_sub_questions=2"]  # fmt: skip
-    assert main([*argv, "--out", str(saved), "--no-progress", "--threads", "2"]) == 0
+    assert main([*argv, "--out", str(saved), "--no-progress", "--num-threads", "2"]) == 0
     printed = capsys.readouterr().out
     assert "d2plan compiled with sft,splanrl on 2 synthetic questions" in printed
     assert "splanrl optimizer steps per adapter: {'reasoner': 1}" in printed
@@ -465,7 +470,7 @@ def test_compile_grpo_builds_each_programs_own_optimizer(tmp_path, tiny_model, s
     tiny_model.save_pretrained(model_dir)
     smollm_tokenizer.save_pretrained(model_dir)
     argv = ["compile", "--program", program, "--optimizer", "grpo", "--limit", "3", "--group-size", "3",
-            "--rl-minutes", "2", "--model", str(model_dir), "--out", str(saved), "--no-progress"]  # fmt: skip
+            "--time-budget-minutes", "2", "--model", str(model_dir), "--out", str(saved), "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     ((optimizer, questions),) = built
     assert type(optimizer).__name__ == expected and questions == 3
@@ -477,20 +482,25 @@ def test_compile_grpo_builds_each_programs_own_optimizer(tmp_path, tiny_model, s
 
 def test_compile_opd_builds_multiagent_opd_from_the_flags(monkeypatch):
     """`--program hierarchical_team --optimizer opd`: MultiAgent-OPD with G = --group-size, each stage within
-    --rl-minutes and at most --max-steps steps, written to OUT/opd (Stage I to OUT/opd/teacher); no model loads."""
-    from rolecall.cli_compile import opd_from_args
+    --time-budget-minutes / --teacher-minutes and at most --steps / --teacher-steps steps, written to OUT/opd (Stage I
+    to OUT/opd/teacher); no model loads."""
+    from rolecall.cli_compile import build_optimizers, check_chain
     from rolecall.optimizers import OPD
 
-    argv = ["compile", "--program", "hierarchical_team", "--optimizer", "opd", "--group-size", "5", "--rl-minutes",
-            "3", "--max-steps", "7", "--seed", "2", "--out", "runs/x"]  # fmt: skip
-    optimizer = opd_from_args(build_parser().parse_args(argv))
+    argv = ["compile", "--program", "hierarchical_team", "--optimizer", "opd", "--group-size", "5",
+            "--time-budget-minutes", "3", "--teacher-minutes", "3", "--steps", "7", "--teacher-steps", "7", "--seed",
+            "2", "--out", "runs/x"]  # fmt: skip
+    args = build_parser(argv).parse_args(argv)
+    (optimizer,) = build_optimizers(args, *check_chain(args))
     cfg = optimizer.opd_config
     assert isinstance(optimizer, OPD) and cfg.group_size == 5 and (cfg.steps, cfg.teacher_steps) == (7, 7)
     assert (cfg.time_budget_minutes, cfg.teacher_minutes, cfg.seed) == (3, 3, 2)
     assert cfg.output_dir == str(Path("runs/x") / "opd") and optimizer.config.time_budget_s == 180
     assert (cfg.beta, cfg.kl_coef, cfg.outcome_only, cfg.teacher_adapter) == (0.01, 1e-3, False, "opd_teacher")
     built = []
-    monkeypatch.setattr("rolecall.cli_compile.opd_from_args", lambda args: built.append(args) or pytest.fail("built"))
+    monkeypatch.setattr(
+        "rolecall.cli_compile.build_optimizers", lambda args, *_: built.append(args) or pytest.fail("built")
+    )
     monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
     with pytest.raises(pytest.fail.Exception, match="built"):
         main(argv)
@@ -500,7 +510,7 @@ def test_compile_opd_builds_multiagent_opd_from_the_flags(monkeypatch):
 @pytest.mark.parametrize("program", ["opera", "cascaded_team"])
 def test_compile_opd_on_another_program_fails_at_once_naming_hierarchical_team(monkeypatch, capsys, program):
     monkeypatch.setattr("rolecall.lm.local.LocalLM", lambda *a, **k: pytest.fail("model loaded"))
-    monkeypatch.setattr("rolecall.cli_compile.opd_from_args", lambda args: pytest.fail("optimizer built"))
+    monkeypatch.setattr("rolecall.cli_compile.build_optimizers", lambda args, *_: pytest.fail("optimizer built"))
     assert main(["compile", "--program", program, "--optimizer", "opd", "--out", "x"]) == 1
     err = capsys.readouterr().err
     assert f"--optimizer opd applies to hierarchical_team, not {program!r}" in err and "Traceback" not in err

@@ -21,7 +21,7 @@ from rolecall.cli import main
 from rolecall.errors import ModelLoadError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-BASE = ["compile", "--program", "opera", "--limit", "3", "--max-steps", "1", "--no-progress", "--threads", "2"]
+BASE = ["compile", "--program", "opera", "--limit", "3", "--max-steps", "1", "--no-progress", "--num-threads", "2"]
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_a_finished_run_is_never_overwritten_without_a_flag(run_copy, model_dir,
 
 def test_the_settings_are_saved_and_resume_with_others_names_each_difference(run_copy, model_dir, no_model, capsys):
     saved = json.loads((run_copy / "compile_config.json").read_text())
-    assert saved["settings"]["program"] == "opera" and saved["settings"]["learning_rate"] == 2e-3
+    assert saved["settings"]["program"] == "opera" and saved["settings"]["optimizers"]["sft"]["learning_rate"] == 2e-3
     argv = [*BASE, "--model", str(model_dir), "--out", str(run_copy), "--resume", "--learning-rate", "0.01"]
     assert main([*argv, "--epochs", "3"]) == 1
     err = one_line_error(capsys)
@@ -112,13 +112,13 @@ def test_overwrite_clears_the_old_run_first(run_copy, model_dir, capsys):
     stale = run_copy / "checkpoints" / "step-00000099"
     shutil.copytree(run_copy / "checkpoints" / "step-00000003", stale)
     (run_copy / "metrics.jsonl").write_text('{"global_step": 42, "stage": "old"}\n')
-    argv = [*BASE[:5], "--max-steps", "plan=1,analysis=1,synthesis=1", "--no-progress", "--threads", "2"]
+    argv = [*BASE[:5], "--max-steps", "plan=1,analysis=1,synthesis=1", "--no-progress", "--num-threads", "2"]
     assert main([*argv, "--model", str(model_dir), "--out", str(run_copy), "--overwrite"]) == 0
     assert not stale.exists() and [p.name for p in (run_copy / "checkpoints").iterdir()] == ["step-00000003"]
     steps = [json.loads(line)["global_step"] for line in (run_copy / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
     saved = json.loads((run_copy / "compile_config.json").read_text())["settings"]
-    assert saved["max_steps"] == {"plan": 1, "analysis": 1, "synthesis": 1}
+    assert saved["optimizers"]["sft"]["max_steps"] == {"plan": 1, "analysis": 1, "synthesis": 1}
 
 
 def test_overwrite_does_not_clear_a_folder_compile_did_not_write(tmp_path, model_dir, no_model, capsys):
@@ -213,13 +213,13 @@ def test_sft_rejects_a_max_steps_below_one(max_steps):
         (["--learning-rate", "nan"], "--learning-rate"),
         (["--learning-rate", "0"], "--learning-rate"),
         (["--learning-rate", "inf"], "--learning-rate"),
-        (["--batch-size", "0"], "--batch-size"),
-        (["--grad-accum", "0"], "--grad-accum"),
-        (["--budget-minutes", "0"], "--budget-minutes"),
-        (["--budget-minutes", "nan"], "--budget-minutes"),
-        (["--budget-minutes", "-1"], "--budget-minutes"),
-        (["--rl-minutes", "nan"], "--rl-minutes"),
-        (["--rl-minutes", "inf"], "--rl-minutes"),
+        (["--micro-batch-size", "0"], "--micro-batch-size"),
+        (["--gradient-accumulation-steps", "0"], "--gradient-accumulation-steps"),
+        (["--time-budget-minutes", "0"], "--time-budget-minutes"),
+        (["--time-budget-minutes", "nan"], "--time-budget-minutes"),
+        (["--time-budget-minutes", "-1"], "--time-budget-minutes"),
+        (["--time-budget-minutes", "nan", "--optimizer", "mapgrpo"], "--time-budget-minutes"),  # an RL budget
+        (["--time-budget-minutes", "inf", "--optimizer", "mapgrpo"], "--time-budget-minutes"),
     ],
 )
 def test_bad_numbers_fail_in_one_line_before_the_model_loads(flags, named, tmp_path, no_model, capsys):
@@ -234,8 +234,8 @@ def test_an_adapter_that_trained_no_step_keeps_its_demos(tmp_path, model_dir, ca
     """A budget spent by the first step: the other adapters train 0 steps, so they are not marked trained, keep
     their demos, and the output says so."""
     out = tmp_path / "run"
-    argv = ["compile", "--program", "opera", "--limit", "3", "--budget-minutes", "0.00001", "--no-progress"]
-    assert main([*argv, "--threads", "2", "--model", str(model_dir), "--out", str(out)]) == 0
+    argv = ["compile", "--program", "opera", "--limit", "3", "--time-budget-minutes", "0.00001", "--no-progress"]
+    assert main([*argv, "--num-threads", "2", "--model", str(model_dir), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     trained = {json.loads(line)["adapter"] for line in (out / "metrics.jsonl").read_text().splitlines()}
     assert trained == {"plan"}  # the very first step always runs
@@ -317,9 +317,9 @@ def test_ctrl_c_stops_at_a_checkpoint_and_resume_continues_from_it(tmp_path, mod
     from rolecall.optimizers.core.checkpoint import latest_checkpoint
 
     out = tmp_path / "run"
-    argv = ["compile", "--program", "opera", "--limit", "8", "--max-steps", "20", "--epochs", "100", "--batch-size",
-            "1", "--grad-accum", "4", "--model", str(model_dir), "--out", str(out), "--no-progress", "--threads",
-            "2"]  # fmt: skip
+    argv = ["compile", "--program", "opera", "--limit", "8", "--max-steps", "20", "--epochs", "100",
+            "--micro-batch-size", "1", "--gradient-accumulation-steps", "4", "--model", str(model_dir), "--out",
+            str(out), "--no-progress", "--num-threads", "2"]  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-m", "rolecall.cli", *argv], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     metrics, deadline = out / "metrics.jsonl", time.monotonic() + 300
@@ -355,7 +355,7 @@ def test_the_interrupt_message_fits_the_command(command, says, monkeypatch, caps
     import rolecall.cli as cli
 
     parser = cli.build_parser
-    monkeypatch.setattr(cli, "build_parser", lambda: _with_func(parser(), interrupted))
+    monkeypatch.setattr(cli, "build_parser", lambda argv=None: _with_func(parser(argv), interrupted))
     assert main(argv[command]) == 130
     err = capsys.readouterr().err
     assert says in err and ("--resume" not in err if command == "demo" else True)
@@ -374,7 +374,7 @@ def test_two_compiles_with_the_same_seed_train_the_same_adapters(tmp_path, model
     """The new adapters' LoRA A matrices come from the seeded RNG, so two fresh compiles of the same settings end with
     byte-identical adapters (before, A was drawn unseeded and the runs parted from their second step)."""
     argv = ["compile", "--program", "single_step_rag", "--limit", "4", "--max-steps", "3", "--no-progress",
-            "--threads", "2", "--model", str(model_dir)]  # fmt: skip
+            "--num-threads", "2", "--model", str(model_dir)]  # fmt: skip
     outs = [tmp_path / "a", tmp_path / "b"]
     for out in outs:
         assert main([*argv, "--out", str(out)]) == 0

@@ -87,7 +87,7 @@ def test_demo_optimizers_are_step_bounded_not_time_bounded(tmp_path):
     assert sft.sft_config.time_budget_minutes is None and sft.config.time_budget_s is None
     rl = demo_optimizer("mapgrpo", config, tmp_path, warm=True)
     assert rl.mapgrpo_config.steps == DEMO_RL_STEPS == {"plan": 2, "analysis": 8, "rewrite": 3}
-    assert rl.mapgrpo_config.time_budget_s is None and rl.config.time_budget_s is None
+    assert rl.mapgrpo_config.time_budget_minutes is None and rl.config.time_budget_s is None
     assert not rl.mapgrpo_config.expert_gradient  # the paper's Eq. 11 on SFT's roles
     scratch = demo_optimizer("mapgrpo", DemoConfig(optimizer="mapgrpo"), tmp_path, warm=False)
     assert scratch.mapgrpo_config.steps == DEMO_SCRATCH_RL_STEPS and scratch.config.time_budget_s is None

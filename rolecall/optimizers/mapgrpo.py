@@ -12,10 +12,26 @@ model, so updating the plan agent never disturbs the analysis agent. Rollouts us
 samples of one prompt share a single prefill, and the groups of one step are batched together.
 
 The loop is :class:`~rolecall.optimizers.core.base.WeightOptimizer`'s (sequential stages, the time budget split by
-measured step cost, a checkpoint every step, resume, ``metrics.jsonl`` with per-phase timing); a step is
-``collect`` (inputs from the stage's pool) -> ``generate`` (G-1 samples per input) -> ``execute`` (the plan stage's
-candidate plans run downstream, each distinct one once) -> ``score`` (rewards, c_best, advantages) -> ``update`` (one
-GRPO optimizer step of the stage's adapter).
+measured step cost, a checkpoint every step, resume, ``metrics.jsonl`` with per-phase timing).
+
+One step, in order, in three files: the loop ``core/base.py``, the step ``mapgrpo.py`` (this one) and the role tasks
+``mapgrpo_roles.py`` (inputs, rewards, experts, plan execution). The phases hand each other typed records:
+``list[RoleInput]`` -> :class:`Rollouts` -> :class:`Executed` -> ``(samples, metrics)``.
+
+0. ``base.py`` ``WeightOptimizer._train``: picks the stage, checks the budget and builds the ``StepContext``; on the
+   stage's first step ``MAPGRPO.start_stage`` (here) calls ``OperaRoleTasks.collect`` (``mapgrpo_roles.py``), which
+   collects the role's input pool with the earlier agents trained (Eq. 5-6). ``base.py`` ``WeightOptimizer._step``
+   then runs and times phases 1-5, and ``_train`` writes the checkpoint.
+1. collect: ``MAPGRPO.collect`` (here): ``inputs_per_step`` :class:`RoleInput` s of the pool (``ctx.take``).
+2. generate: ``MAPGRPO.generate`` (here): each input's prompt, its G-1 on-policy candidates and best-of-N extras,
+   sampled in one batch -> :class:`Rollouts`.
+3. execute: ``MAPGRPO.execute`` (here): the candidates parsed, the gold c_best from ``OperaRoleTasks.gold_expert``
+   (``mapgrpo_roles.py``); in the plan stage, ``OperaRoleTasks.execute_plans`` runs the step's :func:`plan_wave`
+   downstream, each distinct plan once, into its cache -> :class:`Executed`.
+4. score: ``MAPGRPO.score`` (here): ``OperaRoleTasks.score`` (``mapgrpo_roles.py``; the pure reward functions of
+   :mod:`rolecall.optimizers.rewards.opera`, a plan's executed answer from the cache) rewards every candidate, c_best
+   is added to each group, ``group_advantages`` (pure) gives A_i, and the groups become GRPO ``TrainingSample`` s.
+5. update: ``MAPGRPO.update`` (here): ``num_iterations`` GRPO passes of the stage's ``AdapterTrainer.step``.
 
 ``MAPGRPO(warm_start=SFT(...))`` (or ``program.compile(optimizer=[SFT(...), MAPGRPO(...)])``) starts from the
 supervised roles, as every seed paper does; pi_ref is then the warm-started adapter. :class:`JointGRPO` is the
@@ -29,13 +45,14 @@ import logging
 import math
 import random
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import dspy
 import torch
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
+from rolecall.optimizers.core.base import WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.grpo.advantages import all_equal, group_advantages
 from rolecall.optimizers.core.sample import TrainingSample
@@ -44,12 +61,45 @@ from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
 from rolecall.optimizers.mapgrpo_roles import OperaRoleTasks, RoleInput, as_gold_record, plan_of
 from rolecall.programs.core.parallel import parallel_map
 
-__all__ = ["MAPGRPO", "JointGRPO"]
+if TYPE_CHECKING:
+    from rolecall.lm.generation import Completion
+
+__all__ = ["MAPGRPO", "Executed", "JointGRPO", "Rollouts"]
 
 logger = logging.getLogger(__name__)
 
 
-class MAPGRPO(WeightOptimizer):
+@dataclass(kw_only=True)
+class Rollouts:
+    """What :meth:`MAPGRPO.generate` sampled for one step: one entry per input, in ``batch`` order."""
+
+    batch: list[RoleInput]
+    """The step's inputs (from ``collect``)."""
+    messages: list[list[dict[str, Any]]]
+    """Each input's chat prompt: the role's signature, demos and inputs, formatted by ``adapter``."""
+    groups: list[list[Completion]]
+    """Each input's ``policy_samples`` (G-1) on-policy candidates: text, token ids and the sampler's log-probs."""
+    extras: list[list[Completion]]
+    """Each input's extra samples the best-of-N expert is picked from (``expert_samples``; empty unless
+    ``expert="best_of_n"``)."""
+    adapter: dspy.Adapter
+    """The DSPy adapter that formatted ``messages``; it also parses the candidates and writes c_best's completion."""
+
+
+@dataclass(kw_only=True)
+class Executed(Rollouts):
+    """:class:`Rollouts` plus what :meth:`MAPGRPO.execute` added: the parsed candidates and the gold experts. In the
+    plan stage the candidate plans have run by then; their answers wait in the role tasks' execution cache."""
+
+    outputs: list[list[dict[str, Any] | None]]
+    """``groups`` parsed into the role's output fields (None: unparseable; it scores 0)."""
+    extra_outputs: list[list[dict[str, Any] | None]]
+    """``extras`` parsed the same way."""
+    gold: list[dict[str, Any] | None]
+    """Each input's gold expert c_best (``expert="gold"``; None otherwise, or where the dataset has none)."""
+
+
+class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
     """Trains each role of an OPERA program in turn with GRPO and an expert-augmented group (a ``dspy.Teleprompter``).
 
     Args:
@@ -66,19 +116,9 @@ class MAPGRPO(WeightOptimizer):
 
     def __init__(self, config: MAPGRPOConfig | None = None, *, warm_start: Any = None, **overrides: Any) -> None:
         # a subclass's defaults hold over a given config too (JointGRPO is never progressive); overrides win
-        base = vars(config) if config is not None else {}
-        self.mapgrpo_config = cfg = MAPGRPOConfig(**{**base, **self.defaults, **overrides})
+        self.mapgrpo_config = cfg = MAPGRPOConfig.merged(config, {**self.defaults, **overrides})
         self.warm_start = warm_start
-        super().__init__(
-            WeightOptimizerConfig(
-                output_dir=str(cfg.output_dir) if cfg.output_dir is not None else None,
-                time_budget_s=cfg.time_budget_s,
-                schedule="sequential" if cfg.progressive else "interleaved",
-                resume=cfg.resume,
-                seed=cfg.seed,
-                show_progress=cfg.show_progress,
-            )
-        )
+        super().__init__(cfg.loop_config("sequential" if cfg.progressive else "interleaved"))
         self.pools: dict[str, list[RoleInput]] = {}
 
     # ------------------------------------------------------------------ the weight-optimizer contract
@@ -113,7 +153,7 @@ class MAPGRPO(WeightOptimizer):
         for role in cfg.stages:
             adapter = self.views[role].adapter
             ref_adapter = None  # the base model: right for an untrained adapter (it is the identity)
-            if cfg.reference == "start" and cfg.beta[role] > 0 and not backend.is_identity_adapter(adapter):
+            if cfg.reference == "start" and cfg.kl_beta[role] > 0 and not backend.is_identity_adapter(adapter):
                 ref_adapter = f"{adapter}_ref"  # a frozen copy of the warm-started adapter
                 backend.copy_adapter(adapter, ref_adapter)
             trainer = TrainerConfig(
@@ -121,10 +161,10 @@ class MAPGRPO(WeightOptimizer):
                 learning_rate=cfg.learning_rate[role],
                 micro_batch_size=cfg.micro_batch_size,
                 gradient_accumulation_steps=max(1, math.ceil(per_step / cfg.micro_batch_size)),
-                kl_beta=cfg.beta[role],
+                kl_beta=cfg.kl_beta[role],
                 epsilon=cfg.epsilon,
                 epsilon_high=cfg.epsilon,
-                grpo_loss_type=cfg.loss_type,
+                loss_type=cfg.loss_type,
                 max_completion_length=cfg.max_completion_length,
                 temperature=cfg.temperature,
                 tis_cap=cfg.tis_cap,
@@ -141,7 +181,8 @@ class MAPGRPO(WeightOptimizer):
                 self._collect_pool(stage.name)
 
     def start_stage(self, ctx: StepContext) -> bool:
-        """Collect the stage's training inputs with the earlier agents trained (Eq. 5-6); False when there are none."""
+        """Phase 0, on the stage's first step: collect its training inputs with the earlier agents trained (Eq. 5-6,
+        ``OperaRoleTasks.collect``); False when there are none."""
         if ctx.stage.name not in self.pools:
             self._collect_pool(ctx.stage.name)
         return bool(self.pools[ctx.stage.name])
@@ -150,15 +191,16 @@ class MAPGRPO(WeightOptimizer):
         self.pools[role] = self.tasks.collect(role, self.records, random.Random(f"{self.mapgrpo_config.seed}-{role}"))
         logger.info("%s %s: %d training inputs collected", type(self).__name__, role, len(self.pools[role]))
 
+    # ------------------------------------------------------------------ one step (phases 1-5, see the module)
     def collect(self, ctx: StepContext) -> list[RoleInput]:
-        """The step's ``inputs_per_step`` inputs from the stage's pool."""
+        """Phase 1: the step's ``inputs_per_step`` inputs from the stage's pool."""
         return ctx.take(
             self.pools[ctx.stage.name], min(self.mapgrpo_config.inputs_per_step, len(self.pools[ctx.stage.name]))
         )
 
-    def generate(self, ctx: StepContext, batch: list[RoleInput]) -> dict[str, Any]:
-        """G-1 samples per input from the current policy (one prefill per prompt, the groups batched), plus the
-        extra samples best-of-N experts are picked from, in the same batch."""
+    def generate(self, ctx: StepContext, batch: list[RoleInput]) -> Rollouts:
+        """Phase 2: G-1 samples per input from the current policy (one prefill per prompt, the groups batched), plus
+        the extra samples best-of-N experts are picked from, in the same batch."""
         cfg, role = self.mapgrpo_config, ctx.stage.name
         predictor, view = self.program.roles[role], self.views[role]
         role_adapter = getattr(self.program, "role_adapter", None)
@@ -169,7 +211,7 @@ class MAPGRPO(WeightOptimizer):
         groups = view.sample(messages, n=n, seed=seed, logprobs=True, **self._sampling(role))
         extras = [g[cfg.policy_samples :] for g in groups]
         groups = [g[: cfg.policy_samples] for g in groups]
-        return {"batch": batch, "messages": messages, "groups": groups, "extras": extras, "adapter": adapter}
+        return Rollouts(batch=batch, messages=messages, groups=groups, extras=extras, adapter=adapter)
 
     def _sampling(self, role: str) -> dict[str, Any]:
         """The role's own stop strings and token budget, with the policy's temperature and nucleus mass."""
@@ -183,27 +225,27 @@ class MAPGRPO(WeightOptimizer):
             "stop": tuple(role_kwargs.get("stop", ())),
         }
 
-    def execute(self, ctx: StepContext, generated: dict[str, Any]) -> dict[str, Any]:
-        """Parse the candidates and build the gold experts; in the plan stage, execute the step's candidate plans,
-        extra best-of-N samples and expert plans in one concurrent wave (each distinct plan once, cached)."""
+    def execute(self, ctx: StepContext, rollouts: Rollouts) -> Executed:
+        """Phase 3: parse the candidates and build the gold experts; in the plan stage, execute the step's candidate
+        plans, extra best-of-N samples and expert plans in one concurrent wave (each distinct plan once, cached)."""
         cfg, role = self.mapgrpo_config, ctx.stage.name
-        signature, adapter, batch = self.program.roles[role].signature, generated["adapter"], generated["batch"]
-        outputs = [[_parse(adapter, signature, c.text) for c in g] for g in generated["groups"]]
-        extra_outputs = [[_parse(adapter, signature, c.text) for c in g] for g in generated["extras"]]
+        signature, adapter, batch = self.program.roles[role].signature, rollouts.adapter, rollouts.batch
+        outputs = [[_parse(adapter, signature, c.text) for c in g] for g in rollouts.groups]
+        extra_outputs = [[_parse(adapter, signature, c.text) for c in g] for g in rollouts.extras]
         gold = [self.tasks.gold_expert(role, item) if cfg.expert == "gold" else None for item in batch]
         if role == "plan":  # one wave of executions for the step; score_one reads them from the cache
             self.tasks.execute_plans(plan_wave(batch, outputs, extra_outputs, gold))
-        return {**generated, "outputs": outputs, "extra_outputs": extra_outputs, "gold": gold}
+        return Executed(**vars(rollouts), outputs=outputs, extra_outputs=extra_outputs, gold=gold)
 
-    def score(self, ctx: StepContext, generated: dict[str, Any]) -> tuple[list[TrainingSample], dict[str, float]]:
-        """Score the candidates (plans from the execution cache), add c_best to each group, and turn the groups into
-        GRPO samples. A group whose on-policy rewards are all equal (and c_best's too, with
+    def score(self, ctx: StepContext, executed: Executed) -> tuple[list[TrainingSample], dict[str, float]]:
+        """Phase 4: score the candidates (plans from the execution cache), add c_best to each group, and turn the
+        groups into GRPO samples. A group whose on-policy rewards are all equal (and c_best's too, with
         ``skip_groups="with_expert"``) is skipped and counted (``groups/skipped``)."""
         cfg, role = self.mapgrpo_config, ctx.stage.name
         predictor, view, tasks = self.program.roles[role], self.views[role], self.tasks
-        batch, messages, groups = generated["batch"], generated["messages"], generated["groups"]
-        outputs, extra_outputs, gold = generated["outputs"], generated["extra_outputs"], generated["gold"]
-        adapter = generated["adapter"]
+        batch, messages, groups = executed.batch, executed.messages, executed.groups
+        outputs, extra_outputs, gold = executed.outputs, executed.extra_outputs, executed.gold
+        adapter = executed.adapter
 
         def score_one(i: int) -> tuple[list[tuple[float, dict]], tuple[float, dict] | None, dict[str, Any] | None]:
             scored = tasks.score(role, batch[i], outputs[i])
@@ -264,9 +306,9 @@ class MAPGRPO(WeightOptimizer):
         return samples, metrics
 
     def update(self, ctx: StepContext, samples: list[TrainingSample], trainer: Any) -> dict[str, float]:
-        """``num_iterations`` passes of GRPO over the step's samples (one optimizer step each); nothing to train on
-        when every group was skipped (the trainer is still called: under several processes every process must call
-        it as often, and the main process's samples decide).
+        """Phase 5: ``num_iterations`` passes of GRPO over the step's samples (one optimizer step each); nothing to
+        train on when every group was skipped (the trainer is still called: under several processes every process
+        must call it as often, and the main process's samples decide).
 
         With several passes, pi_old is the trainer's own forward before the first one (``trainer.policy_logps``,
         stored as ``old_logps``), so the first pass's ratio is exactly 1 and the later ones clip against it; the

@@ -14,6 +14,10 @@ scored, and what the expert c_best is.
 Plan executions (f_exec) are cached per (question, plan, versions of the downstream adapters): while the plan stage
 trains, the downstream agents are frozen, so a plan sampled twice, or the expert plan, runs once; and inside the
 distinct plans each distinct filled-in sub-goal is solved once, for the whole plan stage (``share_sub_goals``).
+
+In one MAPGRPO step (the map in :mod:`rolecall.optimizers.mapgrpo`): :meth:`OperaRoleTasks.collect` gives the stage's
+input pool (phase 0), :meth:`OperaRoleTasks.gold_expert` and :meth:`OperaRoleTasks.execute_plans` serve ``execute``
+(phase 3) and :meth:`OperaRoleTasks.score` serves ``score`` (phase 4).
 """
 
 from __future__ import annotations

@@ -54,10 +54,8 @@ class MultiTaskSFT(SFT):
         teacher: dspy.LM | None = None,
         **kw: Any,
     ) -> None:
-        if config is None:
-            config = SFTConfig.from_kwargs("MultiTaskSFT", {"roles": PLANNING_ROLES, **kw, "multitask": True})
-        else:
-            config = dataclasses.replace(config, multitask=True, roles=config.roles or PLANNING_ROLES)
+        config = SFTConfig.merged(config, {**kw, "multitask": True})
+        config = dataclasses.replace(config, roles=config.roles or PLANNING_ROLES)
         super().__init__(config, metric=metric, teacher=teacher)
         weights = dict(task_weights or {})
         unknown = sorted(set(weights) - set(config.roles or ()))

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -55,6 +55,7 @@ from rolecall.optimizers.mapgrpo_roles import GoldRecord, as_gold_record
 from rolecall.optimizers.opd_config import OPDConfig
 from rolecall.optimizers.opd_teacher import (
     OPDTeacher,
+    TeamRollouts,
     answerer_samples,
     completion_logps,
     reward_metrics,
@@ -79,7 +80,7 @@ __all__ = ["OPD", "OPDConfig", "OPDTeacher", "evaluate_avg_pass_at_k"]
 logger = logging.getLogger(__name__)
 
 
-class OPD(WeightOptimizer):
+class OPD(WeightOptimizer[list[GoldRecord], TeamRollouts, TeamRollouts]):
     """MultiAgent-OPD: trains a HierarchicalTeam with role rewards and on-policy distillation of its Searchers from a
     cascaded Teacher trained first (see module; Zhao et al., arXiv 2610.23234).
 
@@ -95,8 +96,7 @@ class OPD(WeightOptimizer):
     """
 
     def __init__(self, config: OPDConfig | None = None, *, teacher: CascadedTeam | None = None, **kw: Any) -> None:
-        base = {f.name: getattr(config, f.name) for f in fields(config)} if config is not None else {}
-        self.opd_config = cfg = OPDConfig.from_kwargs("OPD", {**base, **kw})
+        self.opd_config = cfg = OPDConfig.merged(config, kw)
         if teacher is not None and not cfg.train_teacher:
             raise ConfigError("OPD(teacher=...) is the workflow Stage I trains: use it with train_teacher=True")
         super().__init__(cfg.loop_config("interleaved"))
@@ -173,22 +173,22 @@ class OPD(WeightOptimizer):
         """The step's ``questions_per_step`` training questions."""
         return ctx.take(self.records, min(self.opd_config.questions_per_step, len(self.records)))
 
-    def generate(self, ctx: StepContext, batch: list[GoldRecord]) -> dict[str, Any]:
+    def generate(self, ctx: StepContext, batch: list[GoldRecord]) -> TeamRollouts:
         """G sampled team rollouts per question, all concurrent."""
-        return {"batch": batch, "groups": rollouts(self.program, batch, self.opd_config)}
+        return TeamRollouts(batch=batch, groups=rollouts(self.program, batch, self.opd_config))
 
     def team_rewards(self, trajectory: Trajectory, record: GoldRecord) -> TeamRewards:
         """R_L and every R_A,i,j of one rollout, before the KL (Eq. 6, Eq. 2; a test may override it)."""
         return hierarchical_team_rewards(trajectory, record.answers, weights=self.opd_config.weights)
 
-    def score(self, ctx: StepContext, generated: dict[str, Any]) -> tuple[list[TrainingSample], dict[str, float]]:
+    def score(self, ctx: StepContext, team_rollouts: TeamRollouts) -> tuple[list[TrainingSample], dict[str, float]]:
         """The samples of the stage's adapter with their advantages (Leader and Answerer: role-normalized rewards with
         the KL toward π_T; Searcher: Eq. 5 per-token advantages, or the outcome with ``outcome_only``)."""
         scored_all: list[TeamRewards] = []
         samples: list[TrainingSample] = []
         counts = {"leader": 0, "searcher": 0, "answerer": 0}
         kl_terms: list[float] = []
-        for record, preds in zip(generated["batch"], generated["groups"], strict=True):
+        for record, preds in zip(team_rollouts.batch, team_rollouts.groups, strict=True):
             trajectories = [p.trajectory for p in preds]
             scored = [self.team_rewards(t, record) for t in trajectories]
             scored_all += scored
@@ -197,7 +197,7 @@ class OPD(WeightOptimizer):
                 counts[s.role] = counts.get(s.role, 0) + 1
             samples += group
         metrics = {**reward_metrics(scored_all), **{f"samples/{r}": float(n) for r, n in counts.items()},
-                   "groups/total": float(len(generated["batch"]))}  # fmt: skip
+                   "groups/total": float(len(team_rollouts.batch))}  # fmt: skip
         if kl_terms:
             metrics["kl/teacher"] = sum(kl_terms) / len(kl_terms)
         return samples, metrics

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.core.base import LoopOptions
+from rolecall.optimizers.core.run_config import RunConfig
 from rolecall.optimizers.rewards.team import KLEstimator, TeamRewardWeights
 from rolecall.programs.core.options import option
 
@@ -16,10 +16,10 @@ __all__ = ["OPDConfig"]
 
 
 @dataclass(kw_only=True)
-class OPDConfig(LoopOptions):
+class OPDConfig(RunConfig):
     """Settings of :class:`~rolecall.optimizers.opd.OPD` (the loop settings ``num_threads``,
     ``time_budget_minutes`` (Stage II), ``seed``, ``output_dir`` (Stage I writes to ``<output_dir>/teacher``),
-    ``resume``, ``show_progress`` are :class:`LoopOptions`)."""
+    ``resume``, ``show_progress`` are :class:`RunConfig`)."""
 
     group_size: int = option(5, low=2)
     """G: team rollouts per question, the Leader's normalization group (paper: 5)."""
@@ -61,10 +61,6 @@ class OPDConfig(LoopOptions):
         super().__post_init__()
         if not self.teacher_adapter.strip():
             raise ConfigError(f"teacher_adapter must be a non-empty adapter name; got {self.teacher_adapter!r}")
-        for name in ("time_budget_minutes", "teacher_minutes"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(f"{name} must be > 0 minutes or None; got {value}")
 
     @property
     def weights(self) -> TeamRewardWeights:

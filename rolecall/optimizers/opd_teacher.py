@@ -24,9 +24,9 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -39,6 +39,7 @@ from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.mapgrpo_roles import GoldRecord, as_gold_record
+from rolecall.optimizers.opd_config import OPDConfig
 from rolecall.optimizers.rewards.team import TeamRewards, cascaded_team_rewards, role_advantages
 from rolecall.programs.core.calls import read_sections
 from rolecall.programs.core.parallel import parallel_map
@@ -46,11 +47,9 @@ from rolecall.programs.core.trajectory import Trajectory
 from rolecall.programs.team.base import team_lm_kwargs
 from rolecall.programs.team.program import CascadedTeam
 
-if TYPE_CHECKING:
-    from rolecall.optimizers.opd_config import OPDConfig
-
 __all__ = [
     "OPDTeacher",
+    "TeamRollouts",
     "answerer_samples",
     "completion_logps",
     "load_teacher",
@@ -188,6 +187,17 @@ def team_sampling(program: Any, *, temperature: float, answer_candidates: int) -
         program.answer_candidates = saved_candidates
 
 
+@dataclass(kw_only=True)
+class TeamRollouts:
+    """What ``generate`` ran for one step of either stage (:class:`OPDTeacher`, :class:`~rolecall.optimizers.opd.OPD`):
+    G team rollouts per question, in ``batch`` order."""
+
+    batch: list[GoldRecord]
+    """The step's training questions (from ``collect``)."""
+    groups: list[list[Any]]
+    """Each question's G predictions (``group_size``, :func:`rollouts`), each with its ``trajectory``."""
+
+
 def rollouts(program: Any, batch: Sequence[GoldRecord], cfg: OPDConfig) -> list[list[Any]]:
     """G sampled rollouts per question, all concurrent (their LM calls batch together); one list per question."""
     jobs = [record for record in batch for _ in range(cfg.group_size)]
@@ -218,7 +228,7 @@ def reward_metrics(scored: Sequence[TeamRewards]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------- Stage I
-class OPDTeacher(WeightOptimizer):
+class OPDTeacher(WeightOptimizer[list[GoldRecord], TeamRollouts, TeamRollouts]):
     """MultiAgent-OPD's Stage I: GRPO on the cascaded Searcher -> Answerer workflow's one shared adapter (see module).
 
     Args:
@@ -226,10 +236,10 @@ class OPDTeacher(WeightOptimizer):
             ``teacher_minutes``, ``answer_candidates``, ``temperature``, ``learning_rate``, ...).
     """
 
-    def __init__(self, config: OPDConfig) -> None:
-        self.opd_config = config
+    def __init__(self, config: OPDConfig | None = None, **kw: Any) -> None:
+        self.opd_config = config = OPDConfig.merged(config, kw)
         loop = config.loop_config("sequential")
-        loop.time_budget_s = None if config.teacher_minutes is None else 60 * config.teacher_minutes
+        loop.time_budget_minutes = config.teacher_minutes
         loop.output_dir = f"{config.output_dir}/teacher" if config.output_dir is not None else None
         super().__init__(loop)
         self.records: list[GoldRecord] = []
@@ -263,7 +273,7 @@ class OPDTeacher(WeightOptimizer):
             micro_batch_size=cfg.micro_batch_size,
             gradient_accumulation_steps=steps_per_update(student, cfg, searcher_calls=student.max_steps),
             epsilon=cfg.epsilon,
-            grpo_loss_type="dapo",
+            loss_type="dapo",
             temperature=cfg.temperature,
         )
         return [Stage(name="teacher", adapter=adapter, steps=cfg.teacher_steps, trainer=trainer,
@@ -273,21 +283,21 @@ class OPDTeacher(WeightOptimizer):
         """The step's ``questions_per_step`` training questions."""
         return ctx.take(self.records, min(self.opd_config.questions_per_step, len(self.records)))
 
-    def generate(self, ctx: StepContext, batch: list[GoldRecord]) -> dict[str, Any]:
+    def generate(self, ctx: StepContext, batch: list[GoldRecord]) -> TeamRollouts:
         """G sampled cascaded rollouts per question."""
-        return {"batch": batch, "groups": rollouts(self.program, batch, self.opd_config)}
+        return TeamRollouts(batch=batch, groups=rollouts(self.program, batch, self.opd_config))
 
     def team_rewards(self, trajectory: Trajectory, record: GoldRecord) -> TeamRewards:
         """R_S and every R_A,i,j of one rollout (Eq. 2; a test may override it)."""
         return cascaded_team_rewards(trajectory, record.answers, weights=self.opd_config.weights)
 
-    def score(self, ctx: StepContext, generated: dict[str, Any]) -> tuple[list[TrainingSample], dict[str, float]]:
+    def score(self, ctx: StepContext, team_rollouts: TeamRollouts) -> tuple[list[TrainingSample], dict[str, float]]:
         """Role-wise advantages: Â_S over the G rollouts, Â_A over each request's J candidates (Eq. 1)."""
         lm, adapter_of = self.program.lm, self.program.adapter_name
         samples: list[TrainingSample] = []
         scored_all: list[TeamRewards] = []
         skipped = 0
-        for record, preds in zip(generated["batch"], generated["groups"], strict=True):
+        for record, preds in zip(team_rollouts.batch, team_rollouts.groups, strict=True):
             trajectories = [p.trajectory for p in preds]
             scored = [self.team_rewards(t, record) for t in trajectories]
             scored_all += scored
@@ -302,4 +312,4 @@ class OPDTeacher(WeightOptimizer):
                         samples += with_advantage([sample], advantage)
             skipped += len(samples) == before
         return samples, {**reward_metrics(scored_all), "groups/skipped": float(skipped),
-                         "groups/total": float(len(generated["batch"]))}  # fmt: skip
+                         "groups/total": float(len(team_rollouts.batch))}  # fmt: skip

@@ -36,26 +36,27 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import torch
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.core.base import WeightOptimizer, WeightOptimizerConfig
+from rolecall.optimizers.core.base import WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.grpo.advantages import all_equal, group_advantages
 from rolecall.optimizers.core.grpo.loss import LossType
 from rolecall.optimizers.core.role_sampling import role_lm_overrides
+from rolecall.optimizers.core.run_config import RunConfig
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.mapgrpo_roles import GoldRecord, as_gold_record
 from rolecall.optimizers.rewards.search_r1 import DEFAULT_FORMAT_PENALTY, search_r1_rewards
+from rolecall.programs.core.options import option
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.trajectory import Step, Trajectory
 
-__all__ = ["SearchR1GRPO", "SearchR1GRPOConfig", "agent_calls", "group_samples", "rollout_samples"]
+__all__ = ["AgentRollouts", "SearchR1GRPO", "SearchR1GRPOConfig", "agent_calls", "group_samples", "rollout_samples"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,67 +65,37 @@ ROLE = "agent"
 
 
 @dataclass(kw_only=True)
-class SearchR1GRPOConfig:
-    """Settings of Search-R1's plain GRPO (arXiv 2503.09516; validated on construction)."""
+class SearchR1GRPOConfig(RunConfig):
+    """Settings of Search-R1's plain GRPO (arXiv 2503.09516; validated on construction). The run settings
+    (``output_dir``, ``seed``, ``resume``, ``num_threads``: rollouts run concurrently, ``time_budget_minutes``,
+    ``show_progress``) are :class:`~rolecall.optimizers.core.run_config.RunConfig`'s."""
 
-    group_size: int = 5
+    group_size: int = option(5, low=2)
     """G: rollouts per question, the group the advantage is normalized in (Search-R1: 5)."""
-    questions_per_step: int = 4
+    questions_per_step: int = option(4, low=1)
     """Questions (groups) per optimizer step (Search-R1: 512 on GPUs; a CPU step is a few)."""
-    steps: int = 20
-    """Optimizer steps, unless ``time_budget_s`` runs out first."""
-    time_budget_s: float | None = None
-    """Wall-clock seconds of the training loop (None: ``steps`` alone decide)."""
-    temperature: float = 1.0
-    """Sampling temperature of the agent in the rollouts, and of the trainer's log-probs (Search-R1: 1.0)."""
-    top_p: float = 1.0
+    steps: int = option(20, low=0)
+    """Optimizer steps, unless ``time_budget_minutes`` runs out first."""
+    temperature: float = option(1.0, low=1e-6)
+    """Sampling temperature of the agent in the rollouts, and of the trainer's log-probs (Search-R1: 1.0); > 0, GRPO
+    needs sampled rollouts."""
+    top_p: float = option(1.0, low=1e-6, high=1.0)
     """Nucleus mass of the rollouts (Search-R1: 1.0)."""
-    format_penalty: float = DEFAULT_FORMAT_PENALTY
+    format_penalty: float = option(DEFAULT_FORMAT_PENALTY, low=0.0)
     """λ_f, subtracted from a rollout's EM when any turn was malformed (0: Search-R1's outcome-only reward)."""
     graded_format: bool = False
     """Charge λ_f times the share of malformed turns instead of all of it for any (a base model that malforms most
     turns then still gets reward variance within a group)."""
-    learning_rate: float = 2e-4
+    learning_rate: float = option(2e-4, low=1e-8, high=1.0)
     """AdamW learning rate of the LoRA adapter (Search-R1's 1e-6 is for full fine-tuning of a 3B-7B model)."""
-    kl_beta: float = 0.0
+    kl_beta: float = option(0.0, low=0.0)
     """β of the KL toward π_ref (Search-R1: 0.001); 0.0 skips the reference pass."""
-    epsilon: float = 0.2
+    epsilon: float = option(0.2, low=1e-6, high=0.99)
     """PPO clip range ε, symmetric (Search-R1: 0.2)."""
     loss_type: LossType = "dapo"
     """Loss aggregation: ``"dapo"`` is the token mean over the step, Search-R1's (see the module docstring)."""
-    micro_batch_size: int = 2
+    micro_batch_size: int = option(2, low=1)
     """Agent calls per forward/backward pass (a step's gradients accumulate into one optimizer step)."""
-    num_threads: int = 16
-    """Rollouts run concurrently (their LM calls are batched together)."""
-    output_dir: str | Path | None = None
-    """Where ``metrics.jsonl``, checkpoints, ``summary.json`` and the adapter go (None: nowhere, no resume)."""
-    resume: bool = False
-    """Continue a killed run from the last checkpoint in ``output_dir``."""
-    seed: int = 0
-    """Seeds the question order and the samplers."""
-    show_progress: bool = True
-    """A tqdm bar over the steps."""
-
-    def __post_init__(self) -> None:
-        if self.group_size < 2:
-            raise ConfigError(f"group_size must be >= 2 (a group needs a baseline); got {self.group_size}.")
-        if self.questions_per_step < 1 or self.num_threads < 1 or self.micro_batch_size < 1:
-            raise ConfigError("questions_per_step, num_threads and micro_batch_size must be >= 1; got "
-                              f"{self.questions_per_step}, {self.num_threads}, {self.micro_batch_size}.")  # fmt: skip
-        if self.steps < 0:
-            raise ConfigError(f"steps must be >= 0; got {self.steps}.")
-        if not self.temperature > 0:
-            raise ConfigError(f"temperature must be > 0: GRPO needs sampled rollouts; got {self.temperature}.")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1]; got {self.top_p}.")
-        if self.format_penalty < 0:
-            raise ConfigError(f"format_penalty must be >= 0 (0: outcome reward only); got {self.format_penalty}.")
-        if self.loss_type not in get_args(LossType):
-            raise ConfigError(f"loss_type={self.loss_type!r}; valid options are {list(get_args(LossType))}.")
-        if not 0 < self.epsilon < 1:
-            raise ConfigError(f"epsilon must be in (0, 1) (Search-R1: 0.2); got {self.epsilon}.")
-        if self.resume and self.output_dir is None:
-            raise ConfigError("resume=True needs output_dir (where the checkpoint of the killed run lives).")
 
 
 def agent_calls(trajectory: Trajectory) -> list[Step]:
@@ -169,7 +140,17 @@ def group_samples(
             for s in rollout_samples(traj, tokenizer_or_lm, adapter=adapter, advantage=a)]  # fmt: skip
 
 
-class SearchR1GRPO(WeightOptimizer):
+@dataclass(kw_only=True)
+class AgentRollouts:
+    """What :meth:`SearchR1GRPO.generate` ran for one step: G rollouts per question, in ``batch`` order."""
+
+    batch: list[GoldRecord]
+    """The step's training questions (from ``collect``)."""
+    trajectories: list[list[Trajectory]]
+    """Each question's G rollout trajectories (``group_size``), the agent sampled at ``temperature``."""
+
+
+class SearchR1GRPO(WeightOptimizer[list[GoldRecord], AgentRollouts, AgentRollouts]):
     """Trains the ``search_r1`` program's agent with GRPO over whole rollouts (a ``dspy.Teleprompter``).
 
     Jin et al., arXiv 2503.09516 (see the module docstring for the objective and the masking).
@@ -183,16 +164,8 @@ class SearchR1GRPO(WeightOptimizer):
     """
 
     def __init__(self, config: SearchR1GRPOConfig | None = None, **overrides: Any) -> None:
-        self.grpo_config = cfg = SearchR1GRPOConfig(**{**(vars(config) if config else {}), **overrides})
-        super().__init__(
-            WeightOptimizerConfig(
-                output_dir=str(cfg.output_dir) if cfg.output_dir is not None else None,
-                time_budget_s=cfg.time_budget_s,
-                resume=cfg.resume,
-                seed=cfg.seed,
-                show_progress=cfg.show_progress,
-            )
-        )
+        self.grpo_config = cfg = SearchR1GRPOConfig.merged(config, overrides)
+        super().__init__(cfg.loop_config("sequential"))
 
     # ------------------------------------------------------------------ the weight-optimizer contract
     def compile(self, student: Any, *, trainset: Sequence[Any], valset: Sequence[Any] | None = None, **kw: Any) -> Any:
@@ -236,7 +209,7 @@ class SearchR1GRPO(WeightOptimizer):
             kl_beta=cfg.kl_beta,
             epsilon=cfg.epsilon,
             epsilon_high=cfg.epsilon,
-            grpo_loss_type=cfg.loss_type,
+            loss_type=cfg.loss_type,
             max_completion_length=self._max_tokens(),
             temperature=cfg.temperature,
             ref_adapter=ref_adapter,
@@ -247,22 +220,22 @@ class SearchR1GRPO(WeightOptimizer):
         """The step's ``questions_per_step`` training questions."""
         return ctx.take(self.records, min(self.grpo_config.questions_per_step, len(self.records)))
 
-    def generate(self, ctx: StepContext, batch: list[GoldRecord]) -> dict[str, Any]:
+    def generate(self, ctx: StepContext, batch: list[GoldRecord]) -> AgentRollouts:
         """G sampled rollouts of the whole program per question, all concurrently."""
         cfg = self.grpo_config
         jobs = [record for record in batch for _ in range(cfg.group_size)]
         with role_lm_overrides(self.program, {ROLE: {"temperature": cfg.temperature, "top_p": cfg.top_p}}):
             predictions = parallel_map(lambda r: self.program(question=r.question), jobs, max_workers=cfg.num_threads)
         groups = [predictions[i : i + cfg.group_size] for i in range(0, len(jobs), cfg.group_size)]
-        return {"batch": batch, "trajectories": [[p.trajectory for p in g] for g in groups]}
+        return AgentRollouts(batch=batch, trajectories=[[p.trajectory for p in g] for g in groups])
 
-    def score(self, ctx: StepContext, generated: dict[str, Any]) -> tuple[list[TrainingSample], dict[str, float]]:
+    def score(self, ctx: StepContext, rollouts: AgentRollouts) -> tuple[list[TrainingSample], dict[str, float]]:
         """Rewards of every rollout, advantages within each question's group, one sample per agent call; groups whose
         rewards are all equal are skipped (``groups/skipped``)."""
         samples: list[TrainingSample] = []
         terms: dict[str, list[float]] = {}
         skipped = 0
-        for record, trajectories in zip(generated["batch"], generated["trajectories"], strict=True):
+        for record, trajectories in zip(rollouts.batch, rollouts.trajectories, strict=True):
             scored = [self.reward(t, record) for t in trajectories]
             for parts in scored:
                 for key, value in parts.items():
@@ -280,7 +253,7 @@ class SearchR1GRPO(WeightOptimizer):
             "reward/max": max(total, default=0.0),
             **{key: _mean(values) for key, values in terms.items()},
             "groups/skipped": float(skipped),
-            "groups/total": float(len(generated["batch"])),
+            "groups/total": float(len(rollouts.batch)),
             "rollouts/count": float(len(total)),
         }
         return samples, metrics

@@ -16,7 +16,7 @@ import copy
 import functools
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -28,18 +28,14 @@ from rolecall.data.types import Example
 from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import answer_exact_match
 from rolecall.optimizers.core import distributed
-from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
-from rolecall.optimizers.core.config import LRSchedule, TrainerConfig
+from rolecall.optimizers.core.base import RunConfig, WeightOptimizer
+from rolecall.optimizers.core.config import LORA_LEARNING_RATE, LRSchedule, TrainerConfig
 from rolecall.optimizers.core.metrics_log import MetricsLog
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import load_samples, samples_from_trajectory, save_samples
 from rolecall.optimizers.core.stage import Stage, StepContext
-from rolecall.optimizers.gold import d2plan_gold, direct_gold, opera_gold, reap_gold, stride_gold, team_gold
 from rolecall.optimizers.gold.runner import gold_trajectories
-from rolecall.optimizers.gold.search_r1 import search_r1_gold
 from rolecall.optimizers.max_steps import check_max_steps, parse_max_steps
-from rolecall.programs.baselines.direct import NoRetrievalCoT, SingleStepRAG
-from rolecall.programs.baselines.search_r1 import SearchR1Agent
 from rolecall.programs.core.calls import is_local_lm
 from rolecall.programs.core.demos import check_adapter_groups
 from rolecall.programs.core.gold import format_pair
@@ -47,11 +43,7 @@ from rolecall.programs.core.options import option
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.program import Program
 from rolecall.programs.core.trajectory import Trajectory
-from rolecall.programs.d2plan.program import D2Plan
-from rolecall.programs.opera.program import OPERA
-from rolecall.programs.reap.program import REAP
-from rolecall.programs.stride.program import STRIDE
-from rolecall.programs.team.program import CascadedTeam, HierarchicalTeam
+from rolecall.programs.registry import get_program_class, gold_builder, gold_programs
 
 __all__ = [
     "SFT",
@@ -66,22 +58,30 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-GOLD_BUILDERS: dict[type, Callable[..., Any]] = {
-    OPERA: opera_gold,
-    REAP: reap_gold,
-    CascadedTeam: team_gold,
-    HierarchicalTeam: team_gold,
-    D2Plan: d2plan_gold,
-    STRIDE: stride_gold,
-    SingleStepRAG: direct_gold,
-    NoRetrievalCoT: direct_gold,
-    SearchR1Agent: search_r1_gold,
-}
+
+class _GoldBuilders(Mapping[type, Callable[..., Any]]):
+    """Program class -> its gold-path override builder ``builder(example, corpus=None) -> override``, read from the
+    system registry (:func:`rolecall.programs.registry.gold_builder`) on every access."""
+
+    def __getitem__(self, cls: type) -> Callable[..., Any]:
+        builder = gold_builder(cls) if isinstance(cls, type) else None
+        if builder is None:
+            raise KeyError(cls)
+        return builder
+
+    def __iter__(self) -> Iterator[type]:
+        return iter([get_program_class(name) for name in gold_programs()])
+
+    def __len__(self) -> int:
+        return len(gold_programs())
+
+
+GOLD_BUILDERS: Mapping[type, Callable[..., Any]] = _GoldBuilders()
 """Program class -> its gold-path override builder ``builder(example, corpus=None) -> override``."""
 
 
 @dataclass(kw_only=True)
-class SFTConfig(LoopOptions):
+class SFTConfig(RunConfig):
     """Settings of :class:`SFT` (validated on construction)."""
 
     source: Literal["gold", "self"] = "gold"
@@ -92,7 +92,7 @@ class SFTConfig(LoopOptions):
     max_steps: int | dict[str, int] | None = None
     """At most this many optimizer steps per adapter, or a mapping adapter -> its cap (adapters not in it are
     uncapped); None: as many as ``epochs`` take."""
-    learning_rate: float = option(2e-3, low=1e-7, high=1.0)
+    learning_rate: float = option(LORA_LEARNING_RATE, low=1e-7, high=1.0)
     """AdamW learning rate. 2e-3 for the default LoRA (r=8, alpha=32, top half of the layers) on a 135M model: on
     OPERA's analysis role, 3e-4 left every held-out call unparsed after 7 steps, 1e-3 parsed all of them after 8, and
     2e-3 reached 44% exact completions after 24 steps (``benchmarks/bench_compile.py`` budgets ~15 minutes)."""
@@ -130,7 +130,7 @@ class SFTConfig(LoopOptions):
                               f"{self.max_steps!r}")  # fmt: skip
 
 
-class SFT(WeightOptimizer):
+class SFT(WeightOptimizer[list[TrainingSample], list[TrainingSample], list[TrainingSample]]):
     """Supervised fine-tuning of a rolecall program's role adapters (see the module docstring).
 
     One stage per adapter (or adapter group), interleaved so a time budget that runs out stops every adapter at the
@@ -155,7 +155,7 @@ class SFT(WeightOptimizer):
         teacher: dspy.LM | None = None,
         **kw: Any,
     ):
-        self.sft_config = config if config is not None else SFTConfig.from_kwargs("SFT", kw)
+        self.sft_config = SFTConfig.merged(config, kw)
         cfg = self.sft_config
         super().__init__(cfg.loop_config("interleaved"))
         if teacher is not None and cfg.source != "self":
@@ -287,9 +287,9 @@ class SFT(WeightOptimizer):
         return samples
 
     def _gold_trajectories(self, program: Program, examples: list[Example]) -> list[Any]:
-        builder = GOLD_BUILDERS.get(type(program))
+        builder = gold_builder(type(program))
         if builder is None:
-            names = ", ".join(sorted(c.__name__ for c in GOLD_BUILDERS))
+            names = ", ".join(sorted(get_program_class(n).__name__ for n in gold_programs()))
             raise ConfigError(f"SFT(source='gold') has gold-path builders for {names}, not {type(program).__name__}")
         corpus = getattr(program.retriever, "docs", None)  # titles and key sentences for the gold queries
         runs = gold_trajectories(

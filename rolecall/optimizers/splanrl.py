@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import dspy
@@ -42,8 +42,8 @@ import torch
 from rolecall.data.types import Example
 from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match
-from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
-from rolecall.optimizers.core.config import TrainerConfig
+from rolecall.optimizers.core.base import RunConfig, WeightOptimizer
+from rolecall.optimizers.core.config import LORA_LEARNING_RATE, TrainerConfig
 from rolecall.optimizers.core.grpo.advantages import all_equal, group_advantages
 from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.sample import TrainingSample
@@ -60,6 +60,7 @@ __all__ = [
     "SPlanRL",
     "SPlanRLConfig",
     "ColdStart",
+    "ReasonerRollouts",
     "cold_start_keep",
     "cold_start_metric",
     "max_reasoner_calls",
@@ -74,9 +75,9 @@ no cold start."""
 
 
 @dataclass(kw_only=True)
-class SPlanRLConfig(LoopOptions):
+class SPlanRLConfig(RunConfig):
     """Settings of :class:`SPlanRL` (the loop settings ``num_threads``, ``time_budget_minutes`` (the GRPO stage),
-    ``seed``, ``output_dir``, ``resume``, ``show_progress`` are :class:`LoopOptions`)."""
+    ``seed``, ``output_dir``, ``resume``, ``show_progress`` are :class:`RunConfig`)."""
 
     group_size: int = option(5, low=2)
     """G: rollouts per question (paper: 5)."""
@@ -115,7 +116,7 @@ class SPlanRLConfig(LoopOptions):
     """``self``: sampling temperature of those runs."""
     cold_start_epochs: float = option(2.0, low=0.01)
     """Passes over the cold start's samples (per adapter: the Reasoner's and the Purifier's)."""
-    cold_start_learning_rate: float = option(2e-3, low=1e-8, high=1.0)
+    cold_start_learning_rate: float = option(LORA_LEARNING_RATE, low=1e-8, high=1.0)
     """AdamW learning rate of the cold start (SFT's default)."""
     cold_start_max_steps: int | None = None
     """At most this many cold-start optimizer steps per adapter (None: as many as the epochs take)."""
@@ -126,10 +127,6 @@ class SPlanRLConfig(LoopOptions):
         super().__post_init__()
         if self.cold_start_max_steps is not None and self.cold_start_max_steps < 1:
             raise ConfigError(f"cold_start_max_steps must be >= 1 or None; got {self.cold_start_max_steps}")
-        for name in ("time_budget_minutes", "cold_start_minutes"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(f"{name} must be > 0 minutes or None; got {value}")
 
     @property
     def weights(self) -> SPlanRLWeights:
@@ -204,7 +201,17 @@ def reasoner_group_samples(
 
 
 # ---------------------------------------------------------------------------------------------- the optimizer
-class SPlanRL(WeightOptimizer):
+@dataclass(kw_only=True)
+class ReasonerRollouts:
+    """What :meth:`SPlanRL.generate` ran for one step: G whole-program rollouts per question, in ``batch`` order."""
+
+    batch: list[Example]
+    """The step's training questions (from ``collect``)."""
+    groups: list[list[dspy.Prediction]]
+    """Each question's G predictions (``group_size``), each with its ``trajectory`` of Reasoner and Purifier calls."""
+
+
+class SPlanRL(WeightOptimizer[list[Example], ReasonerRollouts, ReasonerRollouts]):
     """D2Plan's SPlanRL: an SFT cold start, then GRPO on the Reasoner adapter with the Purifier frozen (see module).
 
     Args:
@@ -221,8 +228,7 @@ class SPlanRL(WeightOptimizer):
     def __init__(
         self, config: SPlanRLConfig | None = None, *, teacher: dspy.LM | None = None, warm_start: Any = None, **kw: Any
     ) -> None:
-        base = {f.name: getattr(config, f.name) for f in fields(config)} if config is not None else {}
-        self.splanrl_config = cfg = SPlanRLConfig.from_kwargs("SPlanRL", {**base, **kw})
+        self.splanrl_config = cfg = SPlanRLConfig.merged(config, kw)
         if teacher is not None and (cfg.cold_start != "self" or warm_start is not None):
             raise ConfigError("SPlanRL(teacher=...) writes the cold start's runs: use it with cold_start='self' and "
                               "no warm_start")  # fmt: skip
@@ -306,7 +312,7 @@ class SPlanRL(WeightOptimizer):
             gradient_accumulation_steps=max(1, math.ceil(per_step / cfg.micro_batch_size)),  # one optimizer step
             kl_beta=cfg.kl_beta,
             epsilon=cfg.epsilon,
-            grpo_loss_type=cfg.loss_type,
+            loss_type=cfg.loss_type,
             max_completion_length=max(max_tokens),
             temperature=cfg.temperature,
             ref_adapter=ref_adapter,
@@ -317,7 +323,7 @@ class SPlanRL(WeightOptimizer):
         """The step's ``questions_per_step`` training questions (reshuffled each epoch)."""
         return ctx.take(self.examples, min(self.splanrl_config.questions_per_step, len(self.examples)))
 
-    def generate(self, ctx: StepContext, batch: list[Example]) -> dict[str, Any]:
+    def generate(self, ctx: StepContext, batch: list[Example]) -> ReasonerRollouts:
         """G rollouts of the whole program per question, Reasoner sampled, Purifier greedy, all run concurrently."""
         cfg = self.splanrl_config
         jobs = [(i, example) for i, example in enumerate(batch) for _ in range(cfg.group_size)]
@@ -331,16 +337,16 @@ class SPlanRL(WeightOptimizer):
         groups: list[list[Any]] = [[] for _ in batch]
         for (i, _), pred in zip(jobs, preds, strict=True):
             groups[i].append(pred)
-        return {"batch": batch, "groups": groups}
+        return ReasonerRollouts(batch=batch, groups=groups)
 
-    def score(self, ctx: StepContext, generated: dict[str, Any]) -> tuple[list[TrainingSample], dict[str, float]]:
+    def score(self, ctx: StepContext, rollouts: ReasonerRollouts) -> tuple[list[TrainingSample], dict[str, float]]:
         """R_i of every rollout, A_i within its question's group, one sample per Reasoner call; all-equal groups are
         skipped and counted (``groups/skipped``)."""
         weights, lm = self.splanrl_config.weights, self.program.lm
         samples: list[TrainingSample] = []
         terms: dict[str, list[float]] = {}
         skipped, calls, parsed = 0, 0, 0
-        for example, preds in zip(generated["batch"], generated["groups"], strict=True):
+        for example, preds in zip(rollouts.batch, rollouts.groups, strict=True):
             rewards = []
             for pred in preds:
                 r = splanrl_rewards(pred.trajectory, answer=str(pred.answer or ""), gold_answers=list(example.answers),
@@ -364,6 +370,6 @@ class SPlanRL(WeightOptimizer):
             "parse/rate": parsed / max(1, calls),
             "rollouts/reasoner_calls": calls / max(1, len(totals)),
             "groups/skipped": float(skipped),
-            "groups/total": float(len(generated["batch"])),
+            "groups/total": float(len(rollouts.batch)),
         })  # fmt: skip
         return samples, metrics

@@ -1,4 +1,9 @@
-"""The program registry: CLI names mapped to lazily imported program classes.
+"""The system registry: every program by CLI name, with SFT's gold-path targets, its rewards and the optimizers
+that train it (:class:`System`; the optimizers themselves are in :mod:`rolecall.optimizers.registry`).
+
+``rolecall eval`` / ``compile`` / ``tune`` / ``programs``, SFT's gold lookup, the "optimizer X does not apply to
+program Y" error and the paper experiments' rows are generated from it. Adding a system is one
+:func:`register_system` call (a test registers a toy and compiles it through the CLI).
 
 Every registered class follows the program contract ``cls(retriever=None, *, lm=None, **options)`` and is called as
 ``program(question=...)``, returning a ``dspy.Prediction`` with ``answer`` and ``trajectory``. Classes are imported
@@ -12,7 +17,7 @@ import importlib
 import inspect
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,13 @@ from rolecall.programs.core.saving import read_payload
 
 __all__ = [
     "PROGRAMS",
+    "SYSTEMS",
+    "System",
+    "get_system",
+    "gold_builder",
+    "gold_programs",
+    "register_system",
+    "unregister_system",
     "program_names",
     "get_program_class",
     "build_program",
@@ -34,24 +46,120 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PROGRAMS: dict[str, str] = {
-    # the five seed systems
-    "opera": "rolecall.programs.opera.program:OPERA",
-    "reap": "rolecall.programs.reap.program:REAP",
-    "cascaded_team": "rolecall.programs.team.program:CascadedTeam",
-    "hierarchical_team": "rolecall.programs.team.program:HierarchicalTeam",
-    "d2plan": "rolecall.programs.d2plan.program:D2Plan",
-    "stride": "rolecall.programs.stride.program:STRIDE",
-    # the baselines the papers compare against
-    "no_retrieval_cot": "rolecall.programs.baselines:NoRetrievalCoT",
-    "single_step_rag": "rolecall.programs.baselines:SingleStepRAG",
-    "ircot": "rolecall.programs.baselines:IRCoT",
-    "iter_retgen": "rolecall.programs.baselines:IterRetGen",
-    "self_ask": "rolecall.programs.baselines:SelfAsk",
-    "react": "rolecall.programs.baselines:ReActAgent",
-    "search_r1": "rolecall.programs.baselines:SearchR1Agent",
-}
-"""CLI name → ``"module:Class"`` of every program ``rolecall eval --program`` can build."""
+
+@dataclasses.dataclass(frozen=True)
+class System:
+    """One registered program: its class, SFT's gold-path targets, its rewards and the optimizers that train it."""
+
+    name: str
+    """The CLI name (``rolecall eval --program NAME``)."""
+    program: str
+    """``"module:Class"`` of the program class (the program contract of this module's docstring)."""
+    gold: str | None = None
+    """``"module:function"`` building the gold-path override ``builder(example, corpus=None)`` SFT trains on (None:
+    no gold-path targets, so ``sft`` does not apply)."""
+    rewards: str | None = None
+    """The module of the reward functions its RL optimizers score with (informational: ``rolecall programs NAME``)."""
+    optimizers: tuple[str, ...] = ()
+    """The registered optimizers (:mod:`rolecall.optimizers.registry`) written for it, besides ``sft``."""
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Other ``--optimizer`` names it takes, each meaning one of ``optimizers`` (search_r1: ``grpo`` is
+    ``search_r1_grpo``)."""
+
+    def resolve(self, optimizer: str) -> str | None:
+        """The registered optimizer that ``--optimizer optimizer`` means for this program (None: it does not apply)."""
+        if optimizer == "sft":
+            return "sft" if self.gold is not None else None
+        if optimizer in self.optimizers:
+            return optimizer
+        return self.aliases.get(optimizer)
+
+    def optimizer_names(self) -> list[str]:
+        """Every ``--optimizer`` name that applies: ``sft`` (with gold-path targets), its optimizers and aliases."""
+        return [*(["sft"] if self.gold is not None else []), *self.optimizers, *self.aliases]
+
+
+SYSTEMS: dict[str, System] = {}
+"""Name -> :class:`System`, in registration order."""
+
+PROGRAMS: dict[str, str] = {}
+"""CLI name -> ``"module:Class"`` of every program ``rolecall eval --program`` can build (kept by
+:func:`register_system`; a name here without a :class:`System` is a program no optimizer knows)."""
+
+
+def register_system(system: System) -> System:
+    """Adds (or replaces) a system; returns it. Its program becomes buildable by name, its gold builder SFT's
+    targets and its optimizers ``rolecall compile --optimizer`` choices.
+
+    Raises:
+        ConfigError: the name is not an identifier or a target is not ``"module:attribute"``.
+    """
+    if not system.name.isidentifier():
+        raise ConfigError(f"program name {system.name!r} must be a Python identifier")
+    for target in (system.program, system.gold):
+        if target is not None and target.count(":") != 1:
+            raise ConfigError(f"program {system.name!r}: {target!r} must be 'module:attribute'")
+    SYSTEMS[system.name] = system
+    PROGRAMS[system.name] = system.program
+    return system
+
+
+def unregister_system(name: str) -> None:
+    """Removes a registered system (a test's toy); unknown names are ignored."""
+    SYSTEMS.pop(name, None)
+    PROGRAMS.pop(name, None)
+
+
+def get_system(name: str) -> System:
+    """The system registered as ``name`` (a bare :data:`PROGRAMS` entry: a system without gold or optimizers).
+
+    Raises:
+        ConfigError: ``name`` is not registered.
+    """
+    if name in SYSTEMS and SYSTEMS[name].program == PROGRAMS.get(name):
+        return SYSTEMS[name]
+    if name in PROGRAMS:
+        return System(name=name, program=PROGRAMS[name])
+    raise ConfigError(f"unknown program {name!r}; choose one of: {', '.join(program_names())}")
+
+
+def gold_builder(cls: type) -> Callable[..., Any] | None:
+    """SFT's gold-path override builder for programs of class ``cls`` (None: the class has no gold-path targets)."""
+    for name, system in SYSTEMS.items():
+        if system.gold is not None and name in PROGRAMS and get_program_class(name) is cls:
+            return _load(system.gold, f"program {name!r}'s gold builder")
+    return None
+
+
+def gold_programs() -> list[str]:
+    """The registered programs with gold-path targets (where ``--optimizer sft`` applies), sorted."""
+    return [n for n in program_names() if get_system(n).gold is not None]
+
+
+_P, _G, _R = "rolecall.programs.", "rolecall.optimizers.gold:", "rolecall.optimizers.rewards."
+_BUILT_IN = (
+    # the five seed systems: program, SFT's gold-path targets, rewards, the optimizers written for them
+    System(name="opera", program=_P + "opera.program:OPERA", gold=_G + "opera_gold", rewards=_R + "opera",
+           optimizers=("mapgrpo", "grpo")),
+    System(name="reap", program=_P + "reap.program:REAP", gold=_G + "reap_gold", optimizers=("multitask_sft",)),
+    System(name="cascaded_team", program=_P + "team.program:CascadedTeam", gold=_G + "team_gold",
+           rewards=_R + "team", optimizers=("opd_teacher",)),
+    System(name="hierarchical_team", program=_P + "team.program:HierarchicalTeam", gold=_G + "team_gold",
+           rewards=_R + "team", optimizers=("opd",)),
+    System(name="d2plan", program=_P + "d2plan.program:D2Plan", gold=_G + "d2plan_gold", rewards=_R + "d2plan",
+           optimizers=("splanrl",)),
+    System(name="stride", program=_P + "stride.program:STRIDE", gold=_G + "stride_gold",
+           rewards="rolecall.optimizers.stride_ft.selection", optimizers=("stride_ft",)),
+    # the baselines the papers compare against (SFT targets for the two direct ones and Search-R1)
+    System(name="no_retrieval_cot", program=_P + "baselines:NoRetrievalCoT", gold=_G + "direct_gold"),
+    System(name="single_step_rag", program=_P + "baselines:SingleStepRAG", gold=_G + "direct_gold"),
+    *(System(name=name, program=_P + f"baselines:{cls}") for name, cls in
+      (("ircot", "IRCoT"), ("iter_retgen", "IterRetGen"), ("self_ask", "SelfAsk"), ("react", "ReActAgent"))),
+    System(name="search_r1", program=_P + "baselines:SearchR1Agent", gold=_G + "search_r1_gold",
+           rewards=_R + "search_r1", optimizers=("search_r1_grpo",), aliases={"grpo": "search_r1_grpo"}),
+)  # fmt: skip
+for _system in _BUILT_IN:
+    register_system(_system)
 
 
 def program_names() -> list[str]:
@@ -96,6 +204,14 @@ def get_program_class(name: str) -> type:
             f"program {name!r} is registered as {PROGRAMS[name]!r} but {module_name} has no {class_name!r}; "
             "fix the entry in rolecall.programs.registry.PROGRAMS."
         ) from err
+
+
+def _load(target: str, what: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ModuleNotFoundError, AttributeError) as err:
+        raise ConfigError(f"{what} is registered as {target!r}, which does not exist: {err}") from err
 
 
 def build_program(name: str, retriever: Any = None, lm: Any = None, **options: Any) -> Any:

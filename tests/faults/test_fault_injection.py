@@ -62,8 +62,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS, CONFIG = "adapter_model.safetensors", "adapter_config.json"
 # OPERA's plan, analysis and synthesis adapters, 5 steps each (15 in all), two samples a step: enough steps that a
 # signal after the second lands mid-training.
-COMPILE = ["compile", "--program", "opera", "--limit", "4", "--max-steps", "5", "--epochs", "100", "--batch-size", "1",
-           "--grad-accum", "2", "--no-progress", "--threads", "2"]  # fmt: skip
+COMPILE = ["compile", "--program", "opera", "--limit", "4", "--max-steps", "5", "--epochs", "100", "--micro-batch-size",
+           "1", "--gradient-accumulation-steps", "2", "--no-progress", "--num-threads", "2"]  # fmt: skip
 STEPS = 15
 EVAL = ["eval", "--program", "single_step_rag", "--k", "2", "--max-tokens", "8", "--threads", "2", "--no-progress",
         "-o", "demos=null"]  # fmt: skip

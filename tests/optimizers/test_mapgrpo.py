@@ -127,7 +127,7 @@ def test_requires_adapter_views(world):
 def test_time_budget_bounds_the_compile(world, tiny_model, smollm_tokenizer, tmp_path):
     """With a spent budget the first stage still takes its one step, later stages are skipped, nothing raises."""
     program, _ = _program(world, tiny_model, smollm_tokenizer)
-    cfg = _config(tmp_path, steps={"plan": 3, "analysis": 3, "rewrite": 3}, time_budget_s=1e-3)
+    cfg = _config(tmp_path, steps={"plan": 3, "analysis": 3, "rewrite": 3}, time_budget_minutes=1e-5)
     optimizer = MAPGRPO(cfg)
     program.compile(optimizer=optimizer, trainset=world.train)
     assert [(r["stage"], r["step"]) for r in optimizer.history] == [("plan", 1)]

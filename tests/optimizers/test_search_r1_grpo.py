@@ -18,7 +18,7 @@ from rolecall.optimizers.core.checkpoint import latest_checkpoint
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.core.trainer import AdapterTrainer
 from rolecall.optimizers.mapgrpo_roles import as_gold_record
-from rolecall.optimizers.search_r1_grpo import agent_calls, group_samples, rollout_samples
+from rolecall.optimizers.search_r1_grpo import AgentRollouts, agent_calls, group_samples, rollout_samples
 from rolecall.programs import OPERA
 from rolecall.programs.baselines import SearchR1Agent
 from rolecall.programs.core.calls import COMPLETED_MARKER
@@ -96,7 +96,7 @@ def test_group_advantages_carry_em_and_the_format_penalty(smollm_tokenizer):
     optimizer.view = smollm_tokenizer  # the scoring path needs only the tokenizer
     ctx = StepContext(stage=Stage(name="agent", adapter="agent", steps=1), step=0, global_step=0, position=0, rng=None)
     record = as_gold_record({"question": "Where?", "answers": ["Paris"]})
-    samples, metrics = optimizer.score(ctx, {"batch": [record], "trajectories": [[y1, y2, y3, y4]]})
+    samples, metrics = optimizer.score(ctx, AgentRollouts(batch=[record], trajectories=[[y1, y2, y3, y4]]))
 
     std = math.sqrt(1.04 / 3)
     expected = [0.6 / (std + 1e-4)] * 2 + [0.4 / (std + 1e-4)] + [-0.4 / (std + 1e-4)] + [-0.6 / (std + 1e-4)] * 2
@@ -116,7 +116,7 @@ def test_group_advantages_carry_em_and_the_format_penalty(smollm_tokenizer):
     # no penalty: y_2 and y_4 then score like y_1 and y_3
     optimizer = SearchR1GRPO(group_size=4, format_penalty=0.0, show_progress=False)
     optimizer.view = smollm_tokenizer
-    samples, metrics = optimizer.score(ctx, {"batch": [record], "trajectories": [[y1, y2, y3, y4]]})
+    samples, metrics = optimizer.score(ctx, AgentRollouts(batch=[record], trajectories=[[y1, y2, y3, y4]]))
     assert metrics["reward/mean"] == pytest.approx(0.5)
     assert [round(s.advantage, 3) for s in samples] == [0.866, 0.866, 0.866, -0.866, -0.866, -0.866]
 
@@ -128,7 +128,7 @@ def test_all_equal_groups_are_skipped(smollm_tokenizer):
     optimizer.view = smollm_tokenizer
     ctx = StepContext(stage=Stage(name="agent", adapter="agent", steps=1), step=0, global_step=0, position=0, rng=None)
     record = as_gold_record({"question": "Where?", "answers": ["Paris"]})
-    samples, metrics = optimizer.score(ctx, {"batch": [record, record], "trajectories": [same, same]})
+    samples, metrics = optimizer.score(ctx, AgentRollouts(batch=[record, record], trajectories=[same, same]))
     assert samples == [] and metrics["groups/skipped"] == 2.0 and metrics["groups/total"] == 2.0
 
 
@@ -185,7 +185,7 @@ def test_compile_trains_the_agent_on_its_own_calls_and_logs(world, tiny_model, s
     # the last step's samples: every agent LM call of every rollout, its exact prompt, its rollout's advantage
     generated, samples = optimizer.last
     expected = []
-    for group in generated["trajectories"]:
+    for group in generated.trajectories:
         rewards = torch.tensor([optimizer.reward(t, None)["reward/total"] for t in group])
         advantages = (rewards - rewards.mean()) / (rewards.std() + 1e-4)
         expected += [(lm.backend.encode_messages(c.messages), float(a))

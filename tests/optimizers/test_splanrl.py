@@ -19,7 +19,13 @@ from rolecall.lm import LocalLM
 from rolecall.optimizers import SFT, SPlanRL, SPlanRLConfig
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.core.trainer import AdapterTrainer
-from rolecall.optimizers.splanrl import cold_start_keep, cold_start_metric, max_reasoner_calls, reasoner_group_samples
+from rolecall.optimizers.splanrl import (
+    ReasonerRollouts,
+    cold_start_keep,
+    cold_start_metric,
+    max_reasoner_calls,
+    reasoner_group_samples,
+)
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.programs.d2plan.program import REASONER_ROLES, D2Plan
 from rolecall.retrievers.bm25 import BM25
@@ -128,7 +134,7 @@ def test_use_plan_reward_false_drops_r_p_before_the_advantages(smollm_tokenizer,
     ctx = StepContext(stage=stage, step=0, global_step=0, position=0, rng=None)
     example = Example(id="q", question=QUESTION, answers=["Varn"], hops=2, supporting_ids=["film/x"])
     preds = [dspy.Prediction(answer="Varn", trajectory=_run(plan=p)) for p in (("a?", "b?"), ("a?", "b?", "c?"))]
-    samples, metrics = optimizer.score(ctx, {"batch": [example], "groups": [preds]})
+    samples, metrics = optimizer.score(ctx, ReasonerRollouts(batch=[example], groups=[preds]))
     assert metrics["reward/plan"] == 0.5 and metrics["groups/skipped"] == skipped
     assert metrics["reward/total"] == pytest.approx(1.25 if use_plan_reward else 1.2)
     assert (len(samples) > 0) is use_plan_reward

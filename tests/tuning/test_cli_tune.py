@@ -32,7 +32,7 @@ def model_dir(tmp_path, tiny_model, smollm_tokenizer) -> Path:
 
 def _tune_argv(model: Path, out: Path, *extra: str) -> list[str]:
     return ["tune", "--program", "single_step_rag", "--optimizer", "sft", "--model", str(model), "--limit", "4",
-            "--dev-limit", "2", "--threads", "2", "--max-steps", "1", "--no-progress",
+            "--dev-limit", "2", "--num-threads", "2", "--max-steps", "1", "--no-progress",
             "--param", "learning_rate=float:1e-4:1e-2:log", "--out", str(out), *extra]  # fmt: skip
 
 
@@ -82,7 +82,7 @@ def test_tune_then_compile_with_the_best_config(model_dir, tmp_path, capsys):
     saved = tmp_path / "compiled"
     config = str(out / "best_config.json")
     argv = ["compile", "--program", "single_step_rag", "--model", str(model_dir), "--limit", "2", "--max-steps", "1",
-            "--threads", "2", "--no-progress", "--config", config, "--out", str(saved)]  # fmt: skip
+            "--num-threads", "2", "--no-progress", "--config", config, "--out", str(saved)]  # fmt: skip
     assert main(argv) == 0
     used = json.loads((saved / "sft_config.json").read_text())
     assert used["learning_rate"] == best["sft"]["learning_rate"] and used["max_steps"] == 1
@@ -183,7 +183,7 @@ def test_compile_and_tune_from_a_saved_program(model_dir, tmp_path, capsys):
 
     first = tmp_path / "first"
     common = ["--program", "single_step_rag", "--model", str(model_dir), "--limit", "2", "--max-steps", "1",
-              "--threads", "2", "--no-progress"]  # fmt: skip
+              "--num-threads", "2", "--no-progress"]  # fmt: skip
     assert main(["compile", *common, "--out", str(first)]) == 0
     again = tmp_path / "again"
     assert main(["compile", *common, "--learning-rate", "1e-7", "--from", str(first), "--out", str(again)]) == 0

@@ -94,7 +94,7 @@ def test_compile_config_overrides_the_defaults_and_the_flags(tmp_path):
     config = write_config_file(tmp_path / "best.json", {
         "sft": {"learning_rate": 0.001, "epochs": 1.5},
         "mapgrpo": {"plan_weights": {"logic": 0.1, "execution": 0.5}, "group_size": 3}})  # fmt: skip
-    args = _compile_args("--optimizer", "sft,mapgrpo", "--learning-rate", "0.005", "--config", str(config))
+    args = _compile_args("--optimizer", "sft,mapgrpo", "--sft.learning-rate", "0.005", "--config", str(config))
     sft, mapgrpo = build_optimizers(args, *check_chain(args))
     assert (sft.sft_config.learning_rate, sft.sft_config.epochs, sft.sft_config.micro_batch_size) == (0.001, 1.5, 2)
     cfg = mapgrpo.mapgrpo_config

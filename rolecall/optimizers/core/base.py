@@ -9,12 +9,19 @@ one step does. The contract:
   SFT's gold collection). ``start_stage(ctx)``: when a stage is first entered in this process (for example MAPGRPO's
   per-stage input collection with the earlier agents trained). Both must depend only on their inputs and the
   adapters: they run under a private copy of the RNGs, so an uninterrupted and a resumed run stay identical.
-- per step, in order: ``collect(ctx) -> batch`` (take inputs from the stage's sample stream, ``ctx.take(items, n)``,
-  which the checkpoint resumes by position), ``generate(ctx, batch)`` (rollouts; default: none), ``execute(ctx,
-  generated)`` (running what the rollouts proposed downstream, such as MAPGRPO's candidate plans; default: none),
-  ``score(ctx, generated) -> (samples, metrics)`` (rewards, advantages; default: the batch already is the samples) and
-  ``update(ctx, samples, trainer) -> metrics`` (default: ``trainer.step(samples)``). Randomness comes from
-  ``ctx.rng`` or the global RNGs; all of them are checkpointed.
+- per step, in order (:meth:`WeightOptimizer._step`): ``collect(ctx) -> batch`` (take inputs from the stage's
+  sample stream, ``ctx.take(items, n)``, which the checkpoint resumes by position), ``generate(ctx, batch) ->
+  rollouts`` (default: none, the batch passes through), ``execute(ctx, rollouts) -> executed`` (running what the
+  rollouts proposed downstream, such as MAPGRPO's candidate plans; default: none), ``score(ctx, executed) -> (samples,
+  metrics)`` (rewards, advantages; default: the batch already is the samples) and ``update(ctx, samples, trainer) ->
+  metrics`` (default: ``trainer.step(samples)``). Randomness comes from ``ctx.rng`` or the global RNGs; all of them
+  are checkpointed.
+
+  The phases hand each other typed records, never dicts: a subclass defines its rollouts (and, when ``execute`` adds
+  to them, its executed) record as a small dataclass in its own module and names the three types where it subclasses,
+  ``class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed])`` (:data:`BatchT`, :data:`RolloutsT`,
+  :data:`ExecutedT`). An optimizer whose ``collect`` already returns the samples (SFT) overrides ``collect`` only
+  and names ``list[TrainingSample]`` for all three.
 
 The base writes ``<output_dir>/metrics.jsonl`` (one flat line per step, with ``time/collect``, ``time/generate``,
 ``time/execute``, ``time/score``, ``time/update`` and ``time/step`` in seconds; with rollouts on a server, its
@@ -39,7 +46,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import dspy
 from tqdm.auto import tqdm
@@ -57,16 +64,19 @@ from rolecall.optimizers.core.checkpoint import (
 )
 from rolecall.optimizers.core.eval_hook import EvalHook, EvalPoint, eval_due
 from rolecall.optimizers.core.interrupt import StopOnInterrupt, TrainingInterrupted, wait_for_model_thread
-from rolecall.optimizers.core.loop_config import LoopOptions, WeightOptimizerConfig
 from rolecall.optimizers.core.metrics_log import MetricsLog
+from rolecall.optimizers.core.run_config import RunConfig, WeightOptimizerConfig
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.core.trainer import AdapterTrainer
 
 __all__ = [
+    "BatchT",
     "EvalHook",
     "EvalPoint",
-    "LoopOptions",
+    "RunConfig",
+    "ExecutedT",
+    "RolloutsT",
     "Stage",
     "StepContext",
     "TrainingInterrupted",
@@ -80,8 +90,15 @@ logger = logging.getLogger(__name__)
 PHASES = ("collect", "generate", "execute", "score", "update")
 """The timed phases of one step, in order (``time/<phase>`` in ``metrics.jsonl``)."""
 
+BatchT = TypeVar("BatchT")
+"""What ``collect`` returns and ``generate`` reads: the step's inputs (a list of the stage's items)."""
+RolloutsT = TypeVar("RolloutsT")
+"""What ``generate`` returns and ``execute`` reads: the step's rollouts record (default: the batch itself)."""
+ExecutedT = TypeVar("ExecutedT")
+"""What ``execute`` returns and ``score`` reads: the rollouts with their downstream results (default: the rollouts)."""
 
-class WeightOptimizer(dspy.teleprompt.Teleprompter):
+
+class WeightOptimizer(dspy.teleprompt.Teleprompter, Generic[BatchT, RolloutsT, ExecutedT]):
     """Trains a program's LoRA adapters stage by stage, with budget, checkpoints, resume and metrics (see module).
 
     Args:
@@ -142,24 +159,26 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         """Runs when ``ctx.stage`` is first entered in this process (also when a resume lands mid-stage); returning
         False skips the stage (recorded in ``stopped``), for example when it collected no inputs."""
 
-    def collect(self, ctx: StepContext) -> Any:
-        """The step's inputs, usually ``ctx.take(pool, n)``."""
+    def collect(self, ctx: StepContext) -> BatchT:
+        """Phase 1: the step's inputs, usually ``ctx.take(pool, n)``."""
         raise NotImplementedError(f"{type(self).__name__} must implement collect(ctx)")
 
-    def generate(self, ctx: StepContext, batch: Any) -> Any:
-        """Rollouts for the batch (default: none; the batch passes through)."""
-        return batch
+    def generate(self, ctx: StepContext, batch: BatchT) -> RolloutsT:
+        """Phase 2: the rollouts record of the batch (default: none; the batch passes through)."""
+        return batch  # type: ignore[return-value]
 
-    def execute(self, ctx: StepContext, generated: Any) -> Any:
-        """Downstream work the rewards need, timed apart from scoring (default: none; ``generated`` passes through)."""
-        return generated
+    def execute(self, ctx: StepContext, rollouts: RolloutsT) -> ExecutedT:
+        """Phase 3: downstream work the rewards need, timed apart from scoring, as the executed record (default:
+        none; the rollouts pass through)."""
+        return rollouts  # type: ignore[return-value]
 
-    def score(self, ctx: StepContext, generated: Any) -> tuple[list[TrainingSample], dict[str, float]]:
-        """Training samples and reward metrics of the generated batch (default: it already is the samples)."""
-        return list(generated), {}
+    def score(self, ctx: StepContext, executed: ExecutedT) -> tuple[list[TrainingSample], dict[str, float]]:
+        """Phase 4: training samples and reward metrics of the executed rollouts (default: they already are the
+        samples)."""
+        return list(executed), {}  # type: ignore[call-overload]
 
     def update(self, ctx: StepContext, samples: list[TrainingSample], trainer: AdapterTrainer) -> dict[str, float]:
-        """Trains the stage's adapter on the samples (default: ``trainer.step(samples)``)."""
+        """Phase 5: trains the stage's adapter on the samples (default: ``trainer.step(samples)``)."""
         return trainer.step(samples)
 
     def backend(self, student: Any) -> Any:
@@ -314,16 +333,16 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         self._log(Path(self.config.output_dir) if self.config.output_dir else None, record)
 
     def _step(self, ctx: StepContext, trainer: AdapterTrainer) -> dict[str, Any]:
-        """One step's four phases, each timed."""
+        """One step's five phases, in order, each timed: collect -> generate -> execute -> score -> update."""
         times = {}
         t0 = self.clock()
         batch = self.collect(ctx)
         times["collect"] = self.clock()
-        generated = self.generate(ctx, batch)
+        rollouts = self.generate(ctx, batch)
         times["generate"] = self.clock()
-        generated = self.execute(ctx, generated)
+        executed = self.execute(ctx, rollouts)
         times["execute"] = self.clock()
-        samples, metrics = self.score(ctx, generated)
+        samples, metrics = self.score(ctx, executed)
         times["score"] = self.clock()
         metrics = {**metrics, **self.update(ctx, samples, trainer)}
         times["update"] = self.clock()
@@ -379,7 +398,7 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter):
         summary = {"stop_reason": self.stop_reason, "stopped": state["stopped"],
                    "steps": {s.name: state["steps"].get(s.name, 0) for s in stages},
                    "planned": {s.name: s.steps for s in stages}, "global_step": state["global_step"],
-                   "elapsed_s": state["elapsed_s"], "time_budget_s": self.config.time_budget_s}  # fmt: skip
+                   "elapsed_s": state["elapsed_s"], "time_budget_minutes": self.config.time_budget_minutes}  # fmt: skip
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         logger.info("%s: %s after %d steps in %.1fs; output in %s", type(self).__name__, self.stop_reason,
                     state["global_step"], state["elapsed_s"], out)  # fmt: skip

@@ -10,7 +10,11 @@ from rolecall.errors import ConfigError
 from rolecall.optimizers.core.grpo.loss import LossType
 from rolecall.optimizers.core.losses import LOSSES
 
-__all__ = ["LRSchedule", "LossName", "TrainerConfig"]
+__all__ = ["LORA_LEARNING_RATE", "LRSchedule", "LossName", "TrainerConfig"]
+
+LORA_LEARNING_RATE = 2e-3
+"""The AdamW learning rate supervised LoRA training uses by default (SFT's, a cold start's): measured for the default
+LoRA (r=8, alpha=32, top half of the layers) on the 135M model (see ``SFTConfig.learning_rate``)."""
 
 LossName = Literal["nll", "grpo", "dpo", "token_advantage"]
 """The losses of :data:`rolecall.optimizers.core.losses.LOSSES`."""
@@ -33,8 +37,8 @@ class TrainerConfig:
 
     loss: LossName = "nll"
     """The loss, by name: ``nll`` (completion-only SFT), ``grpo``, ``dpo`` (sigmoid), ``token_advantage`` (OPD)."""
-    learning_rate: float = 3e-4
-    """AdamW learning rate. 3e-4 fits LoRA SFT of a 135M model (issue 14's feasibility runs); RL uses ~1e-5..1e-6."""
+    learning_rate: float = LORA_LEARNING_RATE
+    """AdamW learning rate (each optimizer passes its own; the RL optimizers use ~1e-4 on this LoRA)."""
     lr_schedule: LRSchedule = "constant"
     """``linear`` scales the learning rate by ``1 - progress``, where progress is the larger of the stage's fraction
     of planned steps done and of its time budget spent (so a budget that runs out first still ends near 0), as TRL's
@@ -63,7 +67,7 @@ class TrainerConfig:
     """GRPO and token_advantage: the lower clip range (the ratio is clipped at 1 - epsilon); PPO's 0.2."""
     epsilon_high: float | None = None
     """GRPO and token_advantage: the upper clip range; None uses ``epsilon`` (DAPO recommends 0.28)."""
-    grpo_loss_type: LossType = "dapo"
+    loss_type: LossType = "dapo"
     """GRPO aggregation: ``"grpo"`` per-sequence mean, ``"dr_grpo"`` constant normalizer, ``"dapo"`` token mean."""
     max_completion_length: int | None = None
     """``"dr_grpo"`` only: the generation budget in the normalizer B * max_completion_length."""
@@ -87,8 +91,8 @@ class TrainerConfig:
             raise ConfigError(f"loss={self.loss!r} is unknown; valid losses are {sorted(LOSSES)}.")
         if self.lr_schedule not in get_args(LRSchedule):
             raise ConfigError(f"lr_schedule={self.lr_schedule!r}; valid options are {list(get_args(LRSchedule))}.")
-        if self.grpo_loss_type not in get_args(LossType):
-            raise ConfigError(f"grpo_loss_type={self.grpo_loss_type!r}; valid options are {list(get_args(LossType))}.")
+        if self.loss_type not in get_args(LossType):
+            raise ConfigError(f"loss_type={self.loss_type!r}; valid options are {list(get_args(LossType))}.")
         _positive("learning_rate", self.learning_rate)
         _positive("adam_epsilon", self.adam_epsilon)
         _positive("temperature", self.temperature)
@@ -111,9 +115,9 @@ class TrainerConfig:
             raise ConfigError(f"epsilon must be in [0, 1) (PPO uses 0.2); got {self.epsilon}.")
         if self.epsilon_high is not None and not (math.isfinite(self.epsilon_high) and self.epsilon_high >= 0):
             raise ConfigError(f"epsilon_high must be >= 0 (DAPO uses 0.28) or None; got {self.epsilon_high}.")
-        if self.loss == "grpo" and self.grpo_loss_type == "dr_grpo" and not (self.max_completion_length or 0) >= 1:
+        if self.loss == "grpo" and self.loss_type == "dr_grpo" and not (self.max_completion_length or 0) >= 1:
             raise ConfigError(
-                f"grpo_loss_type='dr_grpo' needs max_completion_length >= 1 (the generation budget); got "
+                f"loss_type='dr_grpo' needs max_completion_length >= 1 (the generation budget); got "
                 f"{self.max_completion_length}."
             )
 

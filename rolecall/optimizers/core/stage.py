@@ -27,7 +27,7 @@ class Stage:
     adapter: str
     """The LoRA adapter it trains (created as the identity if missing)."""
     steps: int
-    """Planned steps (each one ``collect -> generate -> score -> update``)."""
+    """Planned steps (each one ``collect -> generate -> execute -> score -> update``)."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     """Optimizer, batching and loss of its :class:`AdapterTrainer`."""
     roles: tuple[str, ...] = ()

@@ -134,7 +134,7 @@ class AdapterTrainer:
     def token_normalized(self) -> bool:
         """Whether the loss divides by the optimizer step's target tokens (else it is a mean over its samples)."""
         cfg = self.config
-        return cfg.loss in ("nll", "token_advantage") or (cfg.loss == "grpo" and cfg.grpo_loss_type == "dapo")
+        return cfg.loss in ("nll", "token_advantage") or (cfg.loss == "grpo" and cfg.loss_type == "dapo")
 
     # ------------------------------------------------------------------ training
     def step(self, samples: Sequence[TrainingSample]) -> dict[str, float]:
@@ -327,8 +327,8 @@ class AdapterTrainer:
             ref = self._reference(model, micro, [s.ref_logps for s in micro], ids, attention, mask)
         loss, metrics = self.loss_fn(
             logps, old, advantages, mask, ref_per_token_logps=ref, beta=cfg.kl_beta, epsilon_low=cfg.epsilon,
-            epsilon_high=cfg.clip_high, loss_type=cfg.grpo_loss_type, max_completion_length=cfg.max_completion_length,
-            num_tokens=step_tokens if cfg.grpo_loss_type == "dapo" else None,
+            epsilon_high=cfg.clip_high, loss_type=cfg.loss_type, max_completion_length=cfg.max_completion_length,
+            num_tokens=step_tokens if cfg.loss_type == "dapo" else None,
         )  # fmt: skip
         return loss, {**metrics, **mismatch}
 

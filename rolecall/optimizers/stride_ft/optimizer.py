@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from rolecall.data.types import Example
 from rolecall.errors import ConfigError
 from rolecall.evaluation.records import RecordWriter, to_jsonable
-from rolecall.optimizers.core.base import LoopOptions, WeightOptimizer
+from rolecall.optimizers.core.base import RunConfig, WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.logprobs import store_reference_logps
 from rolecall.optimizers.core.sample import TrainingSample
@@ -77,10 +77,10 @@ RUNS_FILE = "runs.jsonl"
 
 
 @dataclass(kw_only=True)
-class STRIDEFTConfig(LoopOptions):
+class STRIDEFTConfig(RunConfig):
     """Settings of :class:`STRIDEFT`; defaults are the paper's (Sec. 4.1) unless noted; the loop settings
     (``num_threads``, ``time_budget_minutes``, ``seed``, ``output_dir`` with ``samples.jsonl`` and ``selection.json``,
-    ``resume``, ``show_progress``) are :class:`~rolecall.optimizers.core.base.LoopOptions`."""
+    ``resume``, ``show_progress``) are :class:`RunConfig`'s."""
 
     legs: tuple[str, ...] = LEGS
     """The modules to tune; drop ``meta_planner`` for "the SFT legs alone"."""
@@ -140,7 +140,7 @@ class STRIDEFTConfig(LoopOptions):
             )
 
 
-class STRIDEFT(WeightOptimizer):
+class STRIDEFT(WeightOptimizer[list[TrainingSample], list[TrainingSample], list[TrainingSample]]):
     """STRIDE-FT: Meta-Planner DPO and Supervisor / Extractor / Reasoner SFT from STRIDE's own runs (see module).
 
     Args:
@@ -155,7 +155,7 @@ class STRIDEFT(WeightOptimizer):
     """
 
     def __init__(self, config: STRIDEFTConfig | None = None, **kw: Any) -> None:
-        self.ft_config = config if config is not None else STRIDEFTConfig.from_kwargs("STRIDEFT", kw)
+        self.ft_config = STRIDEFTConfig.merged(config, kw)
         cfg = self.ft_config
         super().__init__(cfg.loop_config("interleaved"))
         self.samples: dict[str, list[TrainingSample]] = {}

@@ -31,7 +31,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from rolecall.errors import ConfigError
 
-__all__ = ["ProgramOptions", "PassageOptions", "option", "parse_option", "option_types", "describe_type"]
+__all__ = ["ProgramOptions", "PassageOptions", "option", "parse_option", "parse_value", "option_types", "describe_type"]
 
 OptionsT = TypeVar("OptionsT", bound="ProgramOptions")
 
@@ -192,13 +192,15 @@ def parse_option(cls: type[ProgramOptions], key: str, raw: str) -> Any:
     if key not in types_:
         raise ConfigError(f"unknown option {key!r}; the options are: {', '.join(types_) or 'none'}")
     tp = types_[key]
-    value = _parse_value(raw, tp)
+    value = parse_value(raw, tp)
     if not _conforms(value, tp):
         raise ConfigError(f"option {key}={raw!r} is not valid: {key} must be {_article(describe_type(tp))}")
     return value
 
 
-def _parse_value(raw: str, tp: Any) -> Any:
+def parse_value(raw: str, tp: Any) -> Any:
+    """``raw`` parsed by the type ``tp`` (bool, int, float, a tuple, a union of them; other text kept as it is); a
+    value that does not parse is returned as ``raw``, for the caller's type check to reject with its message."""
     origin, args = get_origin(tp), get_args(tp)
     text = raw.strip()
     if origin in (Union, types.UnionType):
@@ -207,7 +209,7 @@ def _parse_value(raw: str, tp: Any) -> Any:
         for arg in args:
             if arg is type(None):
                 continue
-            value = _parse_value(raw, arg)
+            value = parse_value(raw, arg)
             if _conforms(value, arg):
                 return value
         return raw
@@ -228,5 +230,5 @@ def _parse_value(raw: str, tp: Any) -> Any:
             return raw
         if not isinstance(items, list):
             return raw
-        return tuple(_parse_value(str(t), item) if isinstance(t, str) else t for t in items)
+        return tuple(parse_value(str(t), item) if isinstance(t, str) else t for t in items)
     return raw

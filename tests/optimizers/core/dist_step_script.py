@@ -44,7 +44,7 @@ ANSWERS = ["four", "Paris", "It was written by Margaret Lindqvist in 1931, two y
            "cold", "The river Danube flows through ten countries.", "no", "Seven", "A long winding road"]  # fmt: skip
 CONFIGS = {
     "nll": dict(loss="nll"),
-    "grpo": dict(loss="grpo", grpo_loss_type="dapo", kl_beta=0.04),
+    "grpo": dict(loss="grpo", loss_type="dapo", kl_beta=0.04),
     "dpo": dict(loss="dpo", beta=0.1),
 }
 """The losses tested. Each trains on nine samples, eight per optimizer step (``micro_batch_size=2``,
@@ -105,7 +105,7 @@ def build(loss: str, tok: Any) -> tuple[LocalLM, AdapterTrainer, list[TrainingSa
 
 def run_loop(out: Path, tok: Any) -> WeightOptimizer:
     """:class:`ToyLoop` from a fresh start, writing into ``out``."""
-    config = WeightOptimizerConfig(output_dir=str(out), time_budget_s=600.0, show_progress=False, seed=3)
+    config = WeightOptimizerConfig(output_dir=str(out), time_budget_minutes=10.0, show_progress=False, seed=3)
     optimizer = ToyLoop(config)
     optimizer.compile(model(tok), trainset=[])
     return optimizer

@@ -176,7 +176,7 @@ def test_metrics_jsonl_has_one_line_per_step_with_phase_timings(lm, tmp_path):
 def test_a_short_budget_stops_cleanly_split_over_the_stages(lm, tmp_path):
     # a virtual clock that only the toy's generate phase advances (0.5 s a step): the split is exact, whatever the load
     now = [0.0]
-    config = WeightOptimizerConfig(output_dir=str(tmp_path), time_budget_s=6.0, show_progress=False)
+    config = WeightOptimizerConfig(output_dir=str(tmp_path), time_budget_minutes=0.1, show_progress=False)
     optimizer = ToyNLL(config, steps=(10, 30))
     optimizer.clock = lambda: now[0]
     optimizer.generate = lambda ctx, batch: (now.__setitem__(0, now[0] + 0.5), batch)[1]

@@ -93,7 +93,7 @@ def test_the_time_budget_does_not_pay_for_evaluation(smollm_tokenizer):
         now[0] += 100.0
 
     lm = LocalLM(conftest.make_tiny_llama(smollm_tokenizer), tokenizer=smollm_tokenizer)
-    optimizer = Timed(WeightOptimizerConfig(time_budget_s=6.0, show_progress=False), steps=(2, 2))
+    optimizer = Timed(WeightOptimizerConfig(time_budget_minutes=0.1, show_progress=False), steps=(2, 2))
     optimizer.clock = lambda: now[0]
     optimizer.set_eval_hook(slow_hook, every=1)
     optimizer.compile(lm, trainset=[])

@@ -53,7 +53,7 @@ def twin(lm: LocalLM, smollm_tokenizer) -> LocalLM:
 
 
 def grpo(**kw) -> TrainerConfig:
-    base = dict(loss="grpo", grpo_loss_type="dapo", learning_rate=1e-2, micro_batch_size=4,
+    base = dict(loss="grpo", loss_type="dapo", learning_rate=1e-2, micro_batch_size=4,
                 gradient_accumulation_steps=1)  # fmt: skip
     return TrainerConfig(**{**base, **kw})
 

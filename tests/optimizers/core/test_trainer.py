@@ -112,7 +112,7 @@ def test_length_normalized_dpo_compares_per_token_means(lm):
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
 def test_grpo_step_follows_the_advantage(lm, loss_type):
     samples = make_samples(lm, advantage=lambda i, c: 1.0 if i % 2 == 0 else -1.0)
-    config = TrainerConfig(loss="grpo", grpo_loss_type=loss_type, kl_beta=0.04, max_completion_length=8,
+    config = TrainerConfig(loss="grpo", loss_type=loss_type, kl_beta=0.04, max_completion_length=8,
                            learning_rate=1e-2)  # fmt: skip
     trainer = AdapterTrainer(lm, "plan", config)
     metrics = trainer.step(samples)
@@ -168,9 +168,9 @@ def test_checks_and_optimizer_state_round_trip(lm):
         ({"weight_decay": -1.0}, "weight_decay"),
         ({"adam_betas": (0.9, 1.0)}, "adam_betas"),
         ({"temperature": 0.0}, "temperature"),
-        ({"grpo_loss_type": "ppo"}, "grpo_loss_type"),
+        ({"loss_type": "ppo"}, "loss_type"),
         ({"lr_schedule": "cosine"}, "lr_schedule"),
-        ({"loss": "grpo", "grpo_loss_type": "dr_grpo"}, "max_completion_length"),
+        ({"loss": "grpo", "loss_type": "dr_grpo"}, "max_completion_length"),
     ],
 )
 def test_config_validation(fields, message):
@@ -213,7 +213,7 @@ def test_grpo_accumulation_equals_one_batch(lm, smollm_tokenizer, loss_type):
     lm.for_role("plan")
     lm2 = LocalLM(copy.deepcopy(lm.hf_model), tokenizer=smollm_tokenizer)
     samples = make_samples(lm, advantage=lambda i, c: [1.0, -0.5, 2.0, -1.5][i])
-    base = dict(loss="grpo", grpo_loss_type=loss_type, learning_rate=0.01)
+    base = dict(loss="grpo", loss_type=loss_type, learning_rate=0.01)
     one = AdapterTrainer(lm, "plan", TrainerConfig(**base, micro_batch_size=4, gradient_accumulation_steps=1))
     acc = AdapterTrainer(lm2, "plan", TrainerConfig(**base, micro_batch_size=1, gradient_accumulation_steps=4))
     m1, m2 = one.step(samples), acc.step(samples)
@@ -287,7 +287,7 @@ def test_grpo_step_with_a_shared_prefix_equals_the_packed_step(lm, smollm_tokeni
     prompt = lm.backend.encode_messages([{"role": "user", "content": "Capital of France?"}])
     samples = [TrainingSample(role="qa", adapter="plan", prompt_ids=prompt, completion_ids=c, advantage=a)
                for c, a in (([11, 12, 13], 1.0), ([14, 15], -1.0), ([16, 17, 18, 19], 0.5), ([20], -0.5))]  # fmt: skip
-    base = dict(loss="grpo", grpo_loss_type="dapo", learning_rate=0.01, micro_batch_size=4, kl_beta=0.04)
+    base = dict(loss="grpo", loss_type="dapo", learning_rate=0.01, micro_batch_size=4, kl_beta=0.04)
     shared = AdapterTrainer(lm, "plan", TrainerConfig(**base))
     packed = AdapterTrainer(lm2, "plan", TrainerConfig(**base, share_prompt_prefix=False))
     for _ in range(2):  # the second step has a moved adapter (non-zero KL, LoRA acting on the prompt)
@@ -318,7 +318,7 @@ def test_a_group_larger_than_the_micro_batch_is_encoded_in_one_micro_batch(lm, s
     samples = [TrainingSample(role="qa", adapter="plan", prompt_ids=p, completion_ids=c, advantage=a)
                for p, c, a in ((group, [11, 12, 13], 1.0), (alone, [21, 22], 0.3), (group, [14, 15], -1.0),
                                (group, [16, 17, 18, 19], 0.5), (group, [20], -0.5))]  # fmt: skip
-    base = dict(loss="grpo", grpo_loss_type="dapo", learning_rate=0.01, micro_batch_size=2,
+    base = dict(loss="grpo", loss_type="dapo", learning_rate=0.01, micro_batch_size=2,
                 gradient_accumulation_steps=3)  # fmt: skip
     shared = AdapterTrainer(lm, "plan", TrainerConfig(**base))
     packed = AdapterTrainer(lm2, "plan", TrainerConfig(**base, share_prompt_prefix=False))
