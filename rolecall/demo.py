@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rolecall.demo_steps import (
+    DEMO_COLLECT_QUESTIONS,
     DEMO_RL_STEPS,
     DEMO_SCRATCH_RL_STEPS,
     DEMO_SFT_STEPS,
@@ -206,6 +207,7 @@ def demo_optimizer(name: str, config: DemoConfig, out: Path, *, warm: bool) -> W
         MAPGRPOConfig(
             group_size=config.group_size,
             steps=config.planned_rl_steps,
+            collect_questions=DEMO_COLLECT_QUESTIONS,
             expert_gradient=not warm,
             output_dir=out / "mapgrpo",
             seed=config.seed,

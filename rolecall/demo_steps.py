@@ -10,6 +10,7 @@ from __future__ import annotations
 from rolecall.errors import ConfigError
 
 __all__ = [
+    "DEMO_COLLECT_QUESTIONS",
     "DEMO_RL_STEPS",
     "DEMO_SCRATCH_RL_STEPS",
     "DEMO_SFT_STEPS",
@@ -34,6 +35,10 @@ DEMO_RL_STEPS: dict[str, int] = {"plan": 2, "analysis": 8, "rewrite": 3}
 budget fitted alone on the machine (docs/demo.md: the ladder's 24m48s run of 2026-12-04, 2 plan, 8 analysis and 3
 rewrite steps; the budget's split by measured cost stopped the plan stage after 2 of its 4 planned steps). At
 :data:`RL_STEP_SECONDS` with each stage's input collection they take ~6.8 minutes."""
+DEMO_COLLECT_QUESTIONS = 12
+"""Training questions MAPGRPO runs to collect the analysis and rewrite stages' inputs in the demo: the 12 its step
+costs and table were measured with (``MAPGRPOConfig.collect_questions`` defaults to 100, whose collection alone would
+take the demo past its 30 minutes)."""
 DEMO_SCRATCH_RL_STEPS: dict[str, int] = {"plan": 1, "analysis": 1, "rewrite": 1}
 """MAPGRPO steps per stage from the untrained roles (``optimizer="mapgrpo"``): one each. On the demo prompts a step
 costs 50-200 s (:data:`SCRATCH_RL_STEP_SECONDS`); the former 7-minute budget fitted one plan step and nothing else."""

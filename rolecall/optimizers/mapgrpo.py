@@ -54,7 +54,7 @@ import torch
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core.base import WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
-from rolecall.optimizers.core.grpo.advantages import all_equal, group_advantages
+from rolecall.optimizers.core.grpo.advantages import AdvantageScale, all_equal, group_advantages
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
@@ -64,7 +64,7 @@ from rolecall.programs.core.parallel import parallel_map
 if TYPE_CHECKING:
     from rolecall.lm.generation import Completion
 
-__all__ = ["MAPGRPO", "Executed", "JointGRPO", "Rollouts"]
+__all__ = ["MAPGRPO", "Executed", "JointGRPO", "Rollouts", "expert_group_advantages"]
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +136,8 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
             logger.info("%s: warm start with %s", type(self).__name__, type(self.warm_start).__name__)
             student = student.compile(optimizer=self.warm_start, trainset=trainset)
         self.program = student
+        synthesizes = bool(getattr(student, "final_synthesis", False)) and "synthesis" in getattr(student, "roles", {})
+        self.stage_roles = self.mapgrpo_config.stage_order(synthesizes)
         self.views = self._role_views(student)
         self.tasks = OperaRoleTasks(student, self.mapgrpo_config)
         return super().compile(student, trainset=trainset, valset=valset, **kw)
@@ -145,12 +147,12 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
         return next(iter(self.views.values())).backend
 
     def stages(self, student: Any, trainset: Sequence[Any]) -> list[Stage]:
-        """One GRPO stage per role in ``config.stages``, one optimizer step per MAPGRPO step."""
+        """One GRPO stage per role in ``config.stage_order(...)``, one optimizer step per MAPGRPO step."""
         cfg = self.mapgrpo_config
         per_step = cfg.inputs_per_step * (cfg.policy_samples + int(cfg.expert_gradient))
         backend = self.backend(student)
         stages = []
-        for role in cfg.stages:
+        for role in self.stage_roles:
             adapter = self.views[role].adapter
             ref_adapter = None  # the base model: right for an untrained adapter (it is the identity)
             if cfg.reference == "start" and cfg.kl_beta[role] > 0 and not backend.is_identity_adapter(adapter):
@@ -169,6 +171,8 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
                 temperature=cfg.temperature,
                 tis_cap=cfg.tis_cap,
                 ref_adapter=ref_adapter,
+                lr_schedule=cfg.lr_schedule,
+                lr_warmup_steps=cfg.lr_warmup_steps,
             )
             stages.append(Stage(name=role, adapter=adapter, steps=cfg.steps[role], trainer=trainer,
                                 roles=(role,)))  # fmt: skip
@@ -262,6 +266,7 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
         rewards_all, expert_all = [], []
         components: dict[str, list[float]] = {}
         skipped = flat_below = 0
+        trained_abs: list[float] = []  # |A_i| of the on-policy samples that train
         name = ctx.stage.adapter
         for item_msgs, comps, (cand, expert, expert_out) in zip(messages, groups, scored, strict=True):
             rewards = [r for r, _ in cand]
@@ -272,7 +277,9 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
                 for k, v in parts.items():
                     components.setdefault(k, []).append(v)
             group = rewards + ([expert[0]] if expert is not None else [])
-            advantages = group_advantages(torch.tensor([group]))[0]  # (G,), c_best inside the baseline
+            advantages = expert_group_advantages(rewards, None if expert is None else expert[0],
+                                                 expert_in_baseline=cfg.expert_in_baseline,
+                                                 scale=cfg.advantage_scale)  # fmt: skip
             prompt_ids = view.backend.encode_messages(item_msgs)
             flat = all_equal(rewards)
             if flat and rewards and expert is not None and rewards[0] < expert[0] - 1e-9:
@@ -280,6 +287,7 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
             if all_equal(group) if cfg.skip_groups == "with_expert" else flat:
                 skipped += 1  # equal rewards (skip_groups decides whether c_best's counts): no forward pass for them
             else:
+                trained_abs += [abs(a) for a in advantages[: len(comps)].tolist()]
                 for c, adv in zip(comps, advantages[: len(comps)].tolist(), strict=True):  # c_best: no gradient
                     # the sampler's log-probs correct the sampler/trainer mismatch (TIS); pi_old is the trainer's own
                     samples.append(TrainingSample(role=role, adapter=name, prompt_ids=prompt_ids,
@@ -297,7 +305,9 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
             "reward/expert": _mean(expert_all),
             "parse/rate": parsed / max(1, len(rewards_all)),
             "groups/skipped": float(skipped),
+            "groups/informative": float(len(batch) - skipped),
             "groups/total": float(len(batch)),
+            "advantage/abs_mean": _mean(trained_abs),
             "groups/flat_below_expert": float(flat_below),
         }
         if role == "plan":
@@ -326,7 +336,7 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
     def _role_views(self, program: Any) -> dict[str, Any]:
         roles = program.roles
         views = {}
-        for stage in self.mapgrpo_config.stages:
+        for stage in self.stage_roles:
             if stage not in roles:
                 raise ConfigError(f"MAPGRPO stage {stage!r} is not a role of this program; roles: {sorted(roles)}")
             lm = roles[stage].lm
@@ -351,6 +361,29 @@ class JointGRPO(MAPGRPO):
     """
 
     defaults = {"progressive": False, "expert": "none"}
+
+
+def expert_group_advantages(
+    rewards: Sequence[float], expert: float | None, *, expert_in_baseline: bool = True, scale: AdvantageScale = "none"
+) -> torch.Tensor:
+    """A_i of one group: its on-policy rewards ``rewards`` and, last, c_best's ``expert`` reward (None: no expert).
+
+    With ``expert_in_baseline`` (the paper's Eq. 11), c_best enters the group mean, so when gold wins the on-policy
+    advantages sum to (G-1)/G * (mean_policy - r_expert) < 0; without it the baseline is the on-policy samples' own mean
+    (their advantages sum to 0) and c_best's advantage is measured against it. ``scale="std"`` divides by the
+    baseline members' standard deviation (GRPO), ``"none"`` is Eq. 2's r - mean.
+
+    Example:
+        >>> expert_group_advantages([0.0, 0.5], 1.0).tolist()
+        [-0.5, 0.0, 0.5]
+        >>> expert_group_advantages([0.0, 0.5], 1.0, expert_in_baseline=False).tolist()
+        [-0.25, 0.25, 0.75]
+    """
+    group = [*rewards, *([] if expert is None else [expert])]
+    mask = None
+    if expert is not None and not expert_in_baseline:
+        mask = torch.tensor([[True] * len(rewards) + [False]])
+    return group_advantages(torch.tensor([group]), scale=scale, baseline_mask=mask)[0]
 
 
 def _demos(predictor: Any) -> list[dict[str, Any]]:

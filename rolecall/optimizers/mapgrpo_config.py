@@ -6,16 +6,25 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rolecall.errors import ConfigError
+from rolecall.optimizers.core.config import LRSchedule
+from rolecall.optimizers.core.grpo.advantages import AdvantageScale
 from rolecall.optimizers.core.run_config import RunConfig
-from rolecall.optimizers.rewards.opera import AnalysisRewardWeights, PlanRewardWeights, RewriteRewardWeights
+from rolecall.optimizers.rewards.opera import (
+    AnalysisRewardWeights,
+    PlanRewardWeights,
+    RewriteRewardWeights,
+    SynthesisRewardWeights,
+)
 from rolecall.programs.core.options import option
 
-__all__ = ["MAPGRPOConfig", "ExpertSource", "Reference", "SkipGroups", "OPERA_ROLES"]
+__all__ = ["MAPGRPOConfig", "ExpertSource", "Reference", "SkipGroups", "OPERA_ROLES", "STAGE_ORDER"]
 
 ExpertSource = Literal["gold", "best_of_n", "none"]
 Reference = Literal["start", "base"]
 SkipGroups = Literal["on_policy", "with_expert"]
 OPERA_ROLES = ("plan", "analysis", "rewrite")
+STAGE_ORDER = (*OPERA_ROLES, "synthesis")
+"""The roles MAPGRPO trains, in training order: the paper's three, then the synthesis role (ours)."""
 
 
 @dataclass(kw_only=True)
@@ -25,9 +34,11 @@ class MAPGRPOConfig(RunConfig):
     each stage getting a share proportional to its steps, ``show_progress``) are
     :class:`~rolecall.optimizers.core.run_config.RunConfig`'s."""
 
-    stages: tuple[str, ...] = OPERA_ROLES
+    stages: tuple[str, ...] | None = None
     """Roles trained one after another; each stage's inputs come from running the program with the earlier stages
-    already trained (Eq. 5-6). Paper order: plan -> analysis -> rewrite."""
+    already trained (Eq. 5-6). Paper order: plan -> analysis -> rewrite. None: the roles ``steps`` names, in the order
+    plan -> analysis -> rewrite -> synthesis, synthesis only where the program answers through it (OPERA's
+    ``final_synthesis``; ours, the paper trains no synthesis agent)."""
     progressive: bool = True
     """True: MAPGRPO, stage after stage, each collecting its inputs with the earlier agents trained. False: the
     single-stage GRPO baseline (the paper's "GRPO" row): every role's inputs are collected from the starting program
@@ -38,17 +49,23 @@ class MAPGRPOConfig(RunConfig):
     group_size: int = option(4, low=2)
     """G: completions per input, including the expert c_best when there is one (paper YAML: 8; reference code: 12;
     4 on 2 CPU cores, where a plan step executes every candidate downstream). At least 2: a group needs a baseline."""
-    steps: dict[str, int] = field(default_factory=lambda: {"plan": 4, "analysis": 8, "rewrite": 3})
+    steps: dict[str, int] = field(default_factory=lambda: {"plan": 4, "analysis": 8, "rewrite": 3, "synthesis": 4})
     """Optimizer steps per stage. The paper trains 3/2/2 epochs on 7B GPUs; the CPU default is a small budget."""
     inputs_per_step: int = option(4, low=1)
     """Role inputs (groups) per optimizer step: questions in the plan stage, sub-questions in the analysis and
     rewrite stages."""
-    collect_questions: int = option(12, low=1)
-    """Training questions the program runs at the start of a stage to collect that role's inputs."""
-    learning_rate: dict[str, float] = field(default_factory=lambda: {"plan": 2e-4, "analysis": 3e-4, "rewrite": 3e-4})
+    collect_questions: int = option(100, low=1)
+    """Training questions, drawn from the whole training set, that the program runs at the start of the analysis,
+    rewrite and synthesis stages to collect those roles' inputs (their calls on them). The plan stage needs no
+    collection: its inputs are every training question."""
+    learning_rate: dict[str, float] = field(
+        default_factory=lambda: {"plan": 2e-4, "analysis": 3e-4, "rewrite": 3e-4, "synthesis": 3e-4}
+    )
     """AdamW learning rate per role. The paper's 5e-6 / 1e-5 / 2e-5 are for full fine-tuning of a 7B model; LoRA on a
     small model needs a rate one to two orders of magnitude larger."""
-    kl_beta: dict[str, float] = field(default_factory=lambda: {"plan": 0.05, "analysis": 0.05, "rewrite": 0.04})
+    kl_beta: dict[str, float] = field(
+        default_factory=lambda: {"plan": 0.05, "analysis": 0.05, "rewrite": 0.04, "synthesis": 0.04}
+    )
     """KL coefficient per role toward pi_ref = the initial model (Eq. 4; paper YAML 0.05 / 0.05 / 0.04)."""
     epsilon: float = option(0.2, low=1e-6, high=0.99)
     """PPO clipping range (reference code: 0.2)."""
@@ -67,6 +84,18 @@ class MAPGRPOConfig(RunConfig):
     """Off-policy guidance: whether c_best also receives gradient, an SFT-like term on the expert (as in LUFFY,
     arXiv 2504.14945). This is *not* the paper's Eq. 11, where c_best only enters the group baseline and gets no
     gradient (False, the default). Tables label a run with it "MAPGRPO + off-policy guidance"."""
+    expert_in_baseline: bool = True
+    """Where c_best stands: True puts it in the group baseline (the paper's Eq. 11), so whenever gold wins the
+    on-policy advantages sum to (G-1)/G * (mean_policy - r_expert) < 0 and every sample is pushed down; False takes
+    the baseline over the on-policy samples alone (their advantages sum to 0; c_best's is measured against them)."""
+    advantage_scale: AdvantageScale = "none"
+    """``"none"``: A = r - mean (the paper's Eq. 2); ``"std"``: divided by the baseline's standard deviation (GRPO)."""
+    lr_schedule: LRSchedule = "constant"
+    """``constant``: every step at the role's learning rate; ``linear``: it decays to 0 over the stage's steps (or its
+    share of the time budget)."""
+    lr_warmup_steps: int = option(0, low=0)
+    """Optimizer steps over which the learning rate rises linearly from ``lr / (lr_warmup_steps + 1)`` to ``lr``, at the
+    start of each stage (0: none)."""
     skip_groups: SkipGroups = "on_policy"
     """Which groups carry no signal and are skipped (counted in ``groups/skipped``, no forward pass): ``"on_policy"``
     (default) when the G-1 policy samples all score the same; ``"with_expert"`` only when c_best scores the same as
@@ -97,17 +126,20 @@ class MAPGRPOConfig(RunConfig):
     """Analysis-Answer Agent reward weights (Eq. 9)."""
     rewrite_weights: RewriteRewardWeights = field(default_factory=RewriteRewardWeights)
     """Rewrite Agent reward weights (Eq. 10)."""
+    synthesis_weights: SynthesisRewardWeights = field(default_factory=SynthesisRewardWeights)
+    """Synthesis stage reward weights (ours): EM and F1 of the final answer against gold."""
     micro_batch_size: int = option(2, low=1)
     """Completions per forward/backward pass (gradients accumulate over a step). Prompts carry demos and passages
     (~1.3k tokens), so each completion costs about 2 GB of activations on CPU: keep this small."""
 
     def __post_init__(self) -> None:
         super().__post_init__()  # types, ranges, the run settings
-        if not self.stages:
+        wanted = self.stages if self.stages is not None else tuple(self.steps)
+        if not wanted:
             raise ConfigError("option stages must name at least one role, e.g. ('plan', 'analysis', 'rewrite')")
         for name in ("steps", "learning_rate", "kl_beta"):
             table = getattr(self, name)
-            missing = [s for s in self.stages if s not in table]
+            missing = [s for s in wanted if s not in table]
             if missing:
                 raise ConfigError(f"option {name} has no entry for stage(s) {missing}; it has {sorted(table)}")
 
@@ -116,9 +148,10 @@ class MAPGRPOConfig(RunConfig):
         """G - 1 when an expert fills the last slot, else G."""
         return self.group_size - 1 if self.expert != "none" else self.group_size
 
-    def stage_budget_minutes(self, stage: str) -> float | None:
-        """This stage's share of :attr:`time_budget_minutes`."""
-        if self.time_budget_minutes is None:
-            return None
-        total = sum(self.steps[s] for s in self.stages) or 1
-        return self.time_budget_minutes * self.steps[stage] / total
+    def stage_order(self, answers_through_synthesis: bool) -> tuple[str, ...]:
+        """The stages to train: ``stages``, else the roles ``steps`` names in paper order (plan, analysis, rewrite,
+        then synthesis, only when ``answers_through_synthesis``), other roles after them."""
+        if self.stages is not None:
+            return tuple(self.stages)
+        order = [r for r in STAGE_ORDER if r in self.steps] + [r for r in self.steps if r not in STAGE_ORDER]
+        return tuple(r for r in order if r != "synthesis" or answers_through_synthesis)

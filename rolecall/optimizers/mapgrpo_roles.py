@@ -37,6 +37,7 @@ from rolecall.optimizers.rewards.opera import (
     gold_step_index,
     plan_reward,
     rewrite_reward,
+    synthesis_reward,
 )
 from rolecall.programs.core.memo import OnceMemo
 from rolecall.programs.core.parallel import parallel_map
@@ -143,10 +144,11 @@ class OperaRoleTasks:
 
     # ------------------------------------------------------------------ inputs
     def collect(self, role: str, records: Sequence[GoldRecord], rng: random.Random) -> list[RoleInput]:
-        """Training inputs of ``role``: questions for ``plan``, otherwise the program's own calls on them."""
-        chosen = rng.sample(list(records), min(len(records), self.config.collect_questions))
+        """Training inputs of ``role``: every training question for ``plan`` (free: a plan's input is the question),
+        otherwise the program's own calls on ``collect_questions`` questions drawn from the whole training set."""
         if role == "plan":
-            return [RoleInput({"question": r.question}, r) for r in chosen]
+            return [RoleInput({"question": r.question}, r) for r in rng.sample(list(records), len(records))]
+        chosen = rng.sample(list(records), min(len(records), self.config.collect_questions))
         # parallel_map keeps dspy.context overrides (the LM, the adapter, callbacks) in the worker threads
         preds = parallel_map(lambda r: self.program(question=r.question), chosen, max_workers=self.config.num_threads)
         items: list[RoleInput] = []
@@ -247,7 +249,16 @@ class OperaRoleTasks:
                 )
                 for o in outputs
             ]
-        raise ValueError(f"MAPGRPO knows the OPERA roles plan/analysis/rewrite, not {role!r}")
+        if role == "synthesis":
+            return [
+                synthesis_reward(
+                    None if o is None else str(o.get("answer") or ""),
+                    gold_answers=item.record.answers,
+                    weights=cfg.synthesis_weights,
+                )  # fmt: skip
+                for o in outputs
+            ]
+        raise ValueError(f"MAPGRPO knows the OPERA roles plan/analysis/rewrite/synthesis, not {role!r}")
 
     def execute_plans(self, pairs: Sequence[tuple[str, list[str] | None]]) -> list[str | None]:
         """f_exec: the answers of executing each (question, plan) with the program's current downstream agents.
@@ -317,6 +328,8 @@ class OperaRoleTasks:
         if role == "rewrite":
             step = item.gold.get("step")
             return {"query": step["filled_question"]} if step else None
+        if role == "synthesis":
+            return {"answer": record.answers[0]} if record.answers else None
         return None
 
 

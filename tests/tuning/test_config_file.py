@@ -34,7 +34,7 @@ def test_fields_merge_into_nested_reward_weights_and_dict_fields():
     cfg = optimizer.mapgrpo_config
     assert type(optimizer) is MAPGRPO and cfg.group_size == 3  # the template's other fields are kept
     assert (cfg.plan_weights.logic, cfg.plan_weights.execution, cfg.plan_weights.feasibility) == (0.2, 0.4, 0.25)
-    assert cfg.steps == {"plan": 1, "analysis": 8, "rewrite": 3} and cfg.stages == ("plan",)
+    assert cfg.steps == {"plan": 1, "analysis": 8, "rewrite": 3, "synthesis": 4} and cfg.stages == ("plan",)
     joint = with_fields(JointGRPO(), {"seed": 4})
     assert type(joint) is JointGRPO and joint.mapgrpo_config.progressive is False and joint.config.seed == 4
     warm = SFT(epochs=1)

@@ -43,6 +43,9 @@ class TrainerConfig:
     """``linear`` scales the learning rate by ``1 - progress``, where progress is the larger of the stage's fraction
     of planned steps done and of its time budget spent (so a budget that runs out first still ends near 0), as TRL's
     ``lr_scheduler_type="linear"`` does over its steps (without warm-up)."""
+    lr_warmup_steps: int = 0
+    """Optimizer steps over which the learning rate rises linearly to its scheduled value: the n-th step (from 0) runs
+    at ``(n + 1) / (lr_warmup_steps + 1)`` of it (0: no warm-up)."""
     weight_decay: float = 0.0
     """AdamW decoupled weight decay on the LoRA parameters (0.0: LoRA is already a small update)."""
     adam_betas: tuple[float, float] = (0.9, 0.999)
@@ -101,6 +104,8 @@ class TrainerConfig:
             raise ConfigError(f"weight_decay must be >= 0; got {self.weight_decay}.")
         if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
             raise ConfigError(f"adam_betas must be two values in [0, 1); got {self.adam_betas}.")
+        if not isinstance(self.lr_warmup_steps, int) or self.lr_warmup_steps < 0:
+            raise ConfigError(f"lr_warmup_steps must be an integer >= 0; got {self.lr_warmup_steps!r}.")
         for name in ("micro_batch_size", "gradient_accumulation_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

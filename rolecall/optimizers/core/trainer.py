@@ -121,6 +121,8 @@ class AdapterTrainer:
         """
         progress = min(1.0, max(0.0, float(progress)))
         scale = 1.0 - progress if self.config.lr_schedule == "linear" else 1.0
+        if self.config.lr_warmup_steps:  # linear warm-up over the trainer's first optimizer steps
+            scale *= min(1.0, (self.steps + 1) / (self.config.lr_warmup_steps + 1))
         lr = self.config.learning_rate * scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr

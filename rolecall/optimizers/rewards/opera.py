@@ -37,6 +37,8 @@ __all__ = [
     "gold_step_index",
     "analysis_reward",
     "rewrite_reward",
+    "SynthesisRewardWeights",
+    "synthesis_reward",
 ]
 
 
@@ -99,6 +101,38 @@ class RewriteRewardWeights:
         _check_weights(self)
         if self.k < 1:
             raise ConfigError(f"RewriteRewardWeights.k must be >= 1, got {self.k}")
+
+
+@dataclass(kw_only=True)
+class SynthesisRewardWeights:
+    """Weights of the synthesis role's reward (ours: the paper trains no synthesis agent; see
+    :func:`synthesis_reward`)."""
+
+    exact_match: float = 0.5
+    """Weight of the final answer's exact match against a gold answer."""
+    f1: float = 0.5
+    """Weight of its token F1 (partial credit, so that a group of near misses still ranks)."""
+
+    def __post_init__(self) -> None:
+        _check_weights(self)
+
+
+def synthesis_reward(
+    answer: str | None, *, gold_answers: Sequence[str], weights: SynthesisRewardWeights | None = None
+) -> tuple[float, dict[str, float]]:
+    """The synthesis role's reward: ``w_em EM + w_f1 F1`` of its final answer against the gold answers (0 when the
+    output did not parse). OPERA answers through this role when ``final_synthesis`` is on, so its answer is the
+    program's; one call per question, nothing runs downstream.
+
+    Example:
+        >>> synthesis_reward("Yaebroria", gold_answers=["Yaebroria"])
+        (1.0, {'em': 1.0, 'f1': 1.0})
+    """
+    w = weights or SynthesisRewardWeights()
+    if answer is None or not str(answer).strip():
+        return 0.0, {"em": 0.0, "f1": 0.0}
+    em, f1 = exact_match(answer, list(gold_answers)), f1_score(answer, list(gold_answers))
+    return w.exact_match * em + w.f1 * f1, {"em": em, "f1": f1}
 
 
 # ---------------------------------------------------------------------------------------------------------- plan

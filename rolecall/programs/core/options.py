@@ -118,7 +118,8 @@ class ProgramOptions:
         for f in fields(self):
             tp = hints[f.name]
             value = getattr(self, f.name)
-            if isinstance(value, list) and get_origin(tp) is tuple:
+            tuple_typed = get_origin(tp) is tuple or any(get_origin(a) is tuple for a in get_args(tp))
+            if isinstance(value, list) and tuple_typed:
                 value = tuple(value)
                 object.__setattr__(self, f.name, value)
             low, high = f.metadata.get("low"), f.metadata.get("high")
