@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,14 @@ from rolecall.cli_compile_checks import check_from, check_numbers
 from rolecall.cli_fields import add_config_flags, with_flags
 from rolecall.errors import ConfigError, RolecallError
 from rolecall.lm.engines import add_engine_argument
-from rolecall.optimizers.registry import OptimizerEntry, config_class, load_target, optimizer_entry, optimizer_names
+from rolecall.optimizers.registry import (
+    LiveMapping,
+    OptimizerEntry,
+    config_class,
+    load_target,
+    optimizer_entry,
+    optimizer_names,
+)
 from rolecall.programs.registry import get_program_class, get_system, gold_programs, program_names
 
 logger = logging.getLogger("rolecall.cli")
@@ -34,29 +41,18 @@ __all__ = [
 ]
 
 
-class _AppliesTo(Mapping[str, tuple[str, ...]]):
-    """``--optimizer`` name -> the programs it applies to, generated from the system registry on every access (``sft``
-    is not in it: it applies to every program with gold-path targets)."""
-
-    def _table(self) -> dict[str, tuple[str, ...]]:
-        table: dict[str, list[str]] = {n: [] for n in optimizer_names() if n != "sft"}
-        for program in program_names():
-            for name in get_system(program).optimizer_names():
-                if name != "sft":
-                    table.setdefault(name, []).append(program)
-        return {name: tuple(programs) for name, programs in table.items() if programs}
-
-    def __getitem__(self, name: str) -> tuple[str, ...]:
-        return self._table()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._table())
-
-    def __len__(self) -> int:
-        return len(self._table())
+def _applies_to() -> dict[str, tuple[str, ...]]:
+    """``--optimizer`` name -> the programs it applies to, from the system registry (``sft`` is not in it: it applies
+    to every program with gold-path targets)."""
+    table: dict[str, list[str]] = {n: [] for n in optimizer_names() if n != "sft"}
+    for program in program_names():
+        for name in get_system(program).optimizer_names():
+            if name != "sft":
+                table.setdefault(name, []).append(program)
+    return {name: tuple(programs) for name, programs in table.items() if programs}
 
 
-APPLIES_TO: Mapping[str, tuple[str, ...]] = _AppliesTo()
+APPLIES_TO: Mapping[str, tuple[str, ...]] = LiveMapping(_applies_to)
 """The optimizers written for a paper's program, and the programs each applies to (``sft`` applies to every program
 with gold-path targets); from the registries."""
 

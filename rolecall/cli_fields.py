@@ -237,9 +237,9 @@ def _metavar(tp: Any) -> str:
 
 # ------------------------------------------------------------------------------------------------------ the values
 def parse_field(cls: type, field: str, raw: str, default: Any = None) -> Any:
-    """The value of ``cls``'s field ``field`` written as ``raw`` (see the module docstring); ``default`` is the
-    field's current value, which a mapping or dataclass value merges into. Types and ranges are checked by the config
-    class when it is built."""
+    """The value of ``cls``'s field ``field`` written as ``raw`` (see the module docstring): a mapping for a dict or
+    dataclass field (one value alone sets every key of ``default``, the field's current value), which
+    :func:`with_flags` merges into the current value. Types and ranges are checked by the config class."""
     return _parse(raw, typing.get_type_hints(cls)[field], default)
 
 
@@ -252,7 +252,7 @@ def _parse(raw: str, tp: Any, default: Any = None) -> Any:
             value = json.loads(text)
         except ValueError:
             return raw
-        return tuple(value) if isinstance(value, list) else _merged(value, tp, default)
+        return tuple(value) if isinstance(value, list) else value
     if origin in (Union, types.UnionType):
         if text.lower() in ("none", "null") and type(None) in args:
             return None
@@ -265,7 +265,7 @@ def _parse(raw: str, tp: Any, default: Any = None) -> Any:
                 return value
         return raw
     if origin is dict or (dataclasses.is_dataclass(tp) and isinstance(tp, type)):
-        return _merged(_pairs(text, tp, default), tp, default)
+        return _pairs(text, tp, default)
     return parse_value(raw, tp)  # bool, int, float, a list: as program options parse them
 
 
@@ -296,23 +296,6 @@ def _pairs(text: str, tp: Any, default: Any) -> Any:
             raise ConfigError(f"names {key.strip()!r} twice")
         out[key.strip()] = _parse(value, value_type)
     return out
-
-
-def _merged(value: Any, tp: Any, default: Any) -> Any:
-    """A mapping value over the field's current one: keys not named keep theirs (a dataclass is rebuilt)."""
-    if not isinstance(value, Mapping):
-        return value
-    if dataclasses.is_dataclass(default) and not isinstance(default, type):
-        try:
-            return dataclasses.replace(default, **value)
-        except TypeError as err:
-            names = ", ".join(f.name for f in dataclasses.fields(default))
-            raise ConfigError(
-                f"{type(default).__name__} has no field named in {dict(value)}; its fields: {names}"
-            ) from err
-    if isinstance(default, Mapping):
-        return {**default, **value}
-    return dict(value)
 
 
 def parsed_fields(args: argparse.Namespace, name: str, config: Any, *, last: bool) -> dict[str, tuple[str, str]]:
@@ -350,11 +333,11 @@ def with_flags(config: Any, args: argparse.Namespace, name: str, *, last: bool) 
     Raises:
         ConfigError: one line naming the flag, the value as written, and what is allowed.
     """
+    from rolecall.tuning.config_file import apply_fields  # a mapping merges into the field's current value
+
     for field, (flag, raw) in parsed_fields(args, name, config, last=last).items():
         try:
-            config = dataclasses.replace(
-                config, **{field: parse_field(type(config), field, raw, getattr(config, field))}
-            )
+            config = apply_fields(config, {field: parse_field(type(config), field, raw, getattr(config, field))})
         except ConfigError as err:
             raise ConfigError(f"{flag} {raw}: {err}") from None
     return config

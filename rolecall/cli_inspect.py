@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 import inspect
 import textwrap
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 from rolecall.cli_common import add_command, add_common
 from rolecall.cli_compile import APPLIES_TO, OPTIMIZERS
 from rolecall.cli_fields import default_text, option_docs, type_text
-from rolecall.optimizers.registry import optimizer_entry
+from rolecall.optimizers.registry import LiveMapping, optimizer_entry
 from rolecall.programs.registry import PROGRAMS, get_program_class, get_system, program_names
 
 __all__ = [
@@ -38,22 +38,7 @@ __all__ = [
 ]
 
 
-class _Summaries(Mapping[str, str]):
-    """``--optimizer`` name -> its registered one-line summary, read from the registry on every access."""
-
-    def __getitem__(self, name: str) -> str:
-        if name not in OPTIMIZERS:
-            raise KeyError(name)
-        return optimizer_entry(name).summary
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(OPTIMIZERS)
-
-    def __len__(self) -> int:
-        return len(OPTIMIZERS)
-
-
-OPTIMIZER_SUMMARIES: Mapping[str, str] = _Summaries()
+OPTIMIZER_SUMMARIES: Mapping[str, str] = LiveMapping(lambda: {n: optimizer_entry(n).summary for n in OPTIMIZERS})
 """One line per ``rolecall compile --optimizer`` name."""
 
 SWITCHES = (

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ from rolecall.errors import ConfigError
 
 __all__ = [
     "OPTIMIZERS",
+    "LiveMapping",
     "OptimizerEntry",
     "build_optimizer",
     "config_class",
@@ -73,6 +74,23 @@ class OptimizerEntry:
 
 OPTIMIZERS: dict[str, OptimizerEntry] = {}
 """Name -> entry, in registration order (the order ``rolecall programs`` lists them)."""
+
+
+class LiveMapping(Mapping[Any, Any]):
+    """A read-only mapping rebuilt by ``table()`` on every access: a view of the registries that sees what is
+    registered after it was made (``APPLIES_TO``, ``GOLD_BUILDERS``, ``OPTIMIZER_SUMMARIES``)."""
+
+    def __init__(self, table: Callable[[], Mapping[Any, Any]]) -> None:
+        self._table = table
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._table()[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
 
 
 def register_optimizer(entry: OptimizerEntry) -> OptimizerEntry:

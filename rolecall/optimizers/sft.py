@@ -16,7 +16,7 @@ import copy
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +36,7 @@ from rolecall.optimizers.core.samples import load_samples, samples_from_trajecto
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.gold.runner import gold_trajectories
 from rolecall.optimizers.max_steps import check_max_steps, parse_max_steps
+from rolecall.optimizers.registry import LiveMapping
 from rolecall.programs.core.calls import is_local_lm
 from rolecall.programs.core.demos import check_adapter_groups
 from rolecall.programs.core.gold import format_pair
@@ -59,24 +60,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class _GoldBuilders(Mapping[type, Callable[..., Any]]):
-    """Program class -> its gold-path override builder ``builder(example, corpus=None) -> override``, read from the
-    system registry (:func:`rolecall.programs.registry.gold_builder`) on every access."""
-
-    def __getitem__(self, cls: type) -> Callable[..., Any]:
-        builder = gold_builder(cls) if isinstance(cls, type) else None
-        if builder is None:
-            raise KeyError(cls)
-        return builder
-
-    def __iter__(self) -> Iterator[type]:
-        return iter([get_program_class(name) for name in gold_programs()])
-
-    def __len__(self) -> int:
-        return len(gold_programs())
-
-
-GOLD_BUILDERS: Mapping[type, Callable[..., Any]] = _GoldBuilders()
+GOLD_BUILDERS: Mapping[type, Callable[..., Any]] = LiveMapping(
+    lambda: {(cls := get_program_class(name)): gold_builder(cls) for name in gold_programs()}
+)
 """Program class -> its gold-path override builder ``builder(example, corpus=None) -> override``."""
 
 
