@@ -37,7 +37,6 @@ import logging
 import socket
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -65,6 +64,7 @@ from rolecall.serve_requests import (
     messages_field,
     name_field,
 )
+from rolecall.serve_responses import chat_logprobs, completion_logprobs, finish_reason, response_envelope
 
 __all__ = ["RolecallServer", "make_server", "serve", "default_model_name", "MAX_BODY_BYTES", "MAX_N"]
 
@@ -293,57 +293,6 @@ def serve(lm: LocalLM, *, host: str = "127.0.0.1", port: int = 8000, served_mode
         server.server_close()
 
 
-# ---------------------------------------------------------------------------------------------------- responses
-def _token_texts(server: RolecallServer, ids: Sequence[int], as_ids: bool) -> list[str]:
-    if as_ids:
-        return [f"token_id:{i}" for i in ids]
-    return server.backend.tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False)
-
-
-def _logprob(value: float) -> float:
-    return max(value, -9999.0)  # -inf is not JSON
-
-
-def _chat_logprobs(server: RolecallServer, c: Completion, as_ids: bool) -> dict[str, Any]:
-    tokens = _token_texts(server, c.token_ids, as_ids)
-    return {
-        "content": [
-            {
-                "token": t,
-                "logprob": _logprob(lp),
-                "bytes": list(t.encode("utf-8", errors="replace")),
-                "top_logprobs": [],
-            }
-            for t, lp in zip(tokens, c.logprobs or [], strict=True)
-        ]
-    }
-
-
-def _completion_logprobs(server: RolecallServer, c: Completion, as_ids: bool) -> dict[str, Any]:
-    tokens = _token_texts(server, c.token_ids, as_ids)
-    logprobs = [_logprob(lp) for lp in c.logprobs or []]
-    offsets, at = [], 0
-    for t in tokens:
-        offsets.append(at)
-        at += len(t)
-    return {
-        "tokens": tokens,
-        "token_logprobs": logprobs,
-        "top_logprobs": [{t: lp} for t, lp in zip(tokens, logprobs, strict=True)],  # only the sampled token
-        "text_offset": offsets,
-    }
-
-
-def _usage(prompt_tokens: int, completions: Sequence[Completion]) -> dict[str, int]:
-    generated = sum(c.completion_tokens for c in completions)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": generated, "total_tokens": prompt_tokens + generated}
-
-
-def _finish_reason(completion: Completion) -> str:
-    """The OpenAI ``finish_reason`` of a completion: ``stop`` (EOS or a stop string) or ``length`` (budget spent)."""
-    return "stop" if completion.finish_reason == "stop" else "length"
-
-
 def _generation_request(
     sampling: Sampling,
     prompt_ids: list[int],
@@ -365,25 +314,6 @@ def _generation_request(
         logprobs=logprobs,
         prefix_group=prefix_group,
     )
-
-
-def _response(
-    id_prefix: str,
-    kind: str,
-    model: str,
-    choices: list[dict[str, Any]],
-    prompt_tokens: int,
-    completions: Sequence[Completion],
-) -> dict[str, Any]:
-    """The OpenAI response envelope both generation endpoints answer with (``kind`` is its ``object``)."""
-    return {
-        "id": f"{id_prefix}-{uuid.uuid4().hex}",
-        "object": kind,
-        "created": int(time.time()),
-        "model": model,
-        "choices": choices,
-        "usage": _usage(prompt_tokens, completions),
-    }
 
 
 def chat_completion(server: RolecallServer, body: dict[str, Any]) -> dict[str, Any]:
@@ -413,12 +343,12 @@ def chat_completion(server: RolecallServer, body: dict[str, Any]) -> dict[str, A
         {
             "index": j,
             "message": {"role": "assistant", "content": c.text},
-            "finish_reason": _finish_reason(c),
-            "logprobs": _chat_logprobs(server, c, as_ids) if logprobs else None,
+            "finish_reason": finish_reason(c),
+            "logprobs": chat_logprobs(server.backend.tokenizer, c, as_ids) if logprobs else None,
         }
         for j, c in enumerate(completions)
     ]
-    return _response("chatcmpl", "chat.completion", model, choices, len(prompt_ids), completions)
+    return response_envelope("chatcmpl", "chat.completion", model, choices, len(prompt_ids), completions)
 
 
 def _prompts(server: RolecallServer, value: Any) -> list[list[int]]:
@@ -468,14 +398,14 @@ def completion(server: RolecallServer, body: dict[str, Any]) -> dict[str, Any]:
         {
             "index": i * sampling.n + j,
             "text": c.text,
-            "finish_reason": _finish_reason(c),
-            "logprobs": _completion_logprobs(server, c, as_ids) if top is not None else None,
+            "finish_reason": finish_reason(c),
+            "logprobs": completion_logprobs(server.backend.tokenizer, c, as_ids) if top is not None else None,
         }
         for i, completions in enumerate(results)
         for j, c in enumerate(completions)
     ]
     every = [c for cs in results for c in cs]
-    return _response("cmpl", "text_completion", model, choices, sum(len(p) for p in prompts), every)
+    return response_envelope("cmpl", "text_completion", model, choices, sum(len(p) for p in prompts), every)
 
 
 # ---------------------------------------------------------------------------------------------------- HTTP
