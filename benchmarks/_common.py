@@ -162,13 +162,14 @@ def sft_optimizer(
     """The SFT optimizer (or ``cls``, another registered SFT-style optimizer) a benchmark's SFT flags describe, built
     through the optimizer registry as ``rolecall compile`` builds it: ``--epochs``, ``--max-steps``,
     ``--learning-rate``, ``--lr-schedule``, ``--batch-size``, ``--grad-accum``, ``--roles``, ``--budget-minutes``
-    (or ``--sft-minutes``) and ``--threads``, each only where the script has it (else SFT's default)."""
+    (or ``--sft-minutes``), ``--sft-seed`` and ``--threads``, each only where the script has it (else SFT's default)."""
     from rolecall.optimizers.max_steps import parse_max_steps
     from rolecall.optimizers.registry import build_optimizer
 
     names = {"epochs": "epochs", "learning_rate": "learning_rate", "lr_schedule": "lr_schedule",
              "batch_size": "micro_batch_size", "grad_accum": "gradient_accumulation_steps", "threads": "num_threads",
-             "budget_minutes": "time_budget_minutes", "sft_minutes": "time_budget_minutes"}  # fmt: skip
+             "budget_minutes": "time_budget_minutes", "sft_minutes": "time_budget_minutes",
+             "sft_seed": "seed"}  # fmt: skip
     fields: dict[str, Any] = {field: getattr(args, flag) for flag, field in names.items() if hasattr(args, flag)}
     if getattr(args, "max_steps", None) is not None:
         fields["max_steps"] = parse_max_steps(str(args.max_steps))

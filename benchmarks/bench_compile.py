@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rolecall.lm.engines import add_engine_argument
+
 from _common import (
     bench_parser,
     fields_label,
@@ -78,12 +80,12 @@ def _row(name: str, method: str, summary: Any, train_minutes: float, dataset: st
 
 def _row_settings(args: Any, method: str) -> dict[str, Any]:
     """The arguments one row of ``method`` depends on, stored with the row (the file's ``config`` is the last run's)."""
-    keys = ["test_questions", "train_questions", "threads", "seed", "option"]
+    keys = ["test_questions", "train_questions", "world_test", "engine", "threads", "seed", "option"]
     if method.startswith("BootstrapFewShot"):
         keys += ["bfs_demos", "bfs_teacher", "bfs_train"]
     if method.startswith("SFT(gold)"):
         keys += ["budget_minutes", "epochs", "max_steps", "learning_rate", "lr_schedule", "batch_size", "grad_accum",
-                 "roles"]  # fmt: skip
+                 "roles", "sft_seed"]  # fmt: skip
     if method.startswith("SFT + "):
         keys += ["rl_minutes", "rl_steps", "group_size", "inputs_per_step", "expert_gradient", "warm_start",
                  "rl_config"]  # fmt: skip
@@ -114,18 +116,23 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a markdown table."""
     lines = [
         "| dataset | program | method | n | EM | EM 95% CI | F1 | train min | prompt tokens / call "
-        "| LM calls / question | vs warm start: its EM, won / lost |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| LM calls / question | vs warm start: its EM, won / lost | ΔEM [paired 95% CI], McNemar p |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         low, high = r["em_ci"]
         versus = r.get("vs_warm_start")
         against = f"{versus['warm_start_em']:.3f}, {versus['won']} / {versus['lost']}" if versus else ""
+        paired = ""
+        if versus and "em_diff_ci" in versus:  # rows written before the paired comparison have won / lost only
+            low_d, high_d = versus["em_diff_ci"]
+            diff, p_value = 100 * versus["em_diff"], versus["p_value"]
+            paired = f"{diff:+.1f} [{100 * low_d:+.1f}, {100 * high_d:+.1f}], p={p_value:.3g}"
         lines.append(
             f"| {r.get('dataset', 'synthetic')} | {r['program']} | {r['method']} | {r['n']} | {r['em']:.3f} "
             f"| {low:.2f}–{high:.2f} | {r['f1']:.3f} | "
             f"{r['train_minutes']:.1f} | {r['prompt_tokens_per_call']:.0f} | {r['lm_calls_per_question']:.1f} "
-            f"| {against} |"
+            f"| {against} | {paired} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -141,7 +148,11 @@ def main() -> None:
         help="synthetic world (its train/test splits), or a real dev subset in ../shared/data split 80/20 by a hash "
         "of the question id",
     )
-    parser.add_argument("--methods", default="prompt,sft", help="comma-separated, from prompt, bfs, sft, mapgrpo, grpo")
+    parser.add_argument(
+        "--methods",
+        default="prompt,sft",
+        help="comma-separated, from prompt, bfs, sft, mapgrpo, grpo, sft_matched (the compute-matched SFT row)",
+    )
     parser.add_argument("--test-questions", type=int, default=200, help="held-out test questions (default 200)")
     parser.add_argument("--train-questions", type=int, default=400, help="training questions (default 400)")
     parser.add_argument("--budget-minutes", type=float, default=15.0, help="SFT wall-clock budget (default 15)")
@@ -188,8 +199,29 @@ def main() -> None:
         "loss_type=dapo); the rows are labelled with it, so each setting is a row of its own",
     )
     parser.add_argument("--warm-start", type=Path, default=None, help="the SFT program RL starts from")
+    parser.add_argument(
+        "--matched-minutes",
+        type=float,
+        default=None,
+        help="sft_matched: the RL minutes to match (default: the train minutes of this table's 'SFT + MAPGRPO' row)",
+    )
     parser.add_argument("--threads", type=int, default=16, help="questions evaluated concurrently (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
+    parser.add_argument(
+        "--world-test",
+        type=int,
+        default=300,
+        help="size of the synthetic world's test split (default 300); a larger one (500 for the paired RL rows) also "
+        "changes which questions the train split gets, so every row of one table must use the same value",
+    )
+    parser.add_argument(
+        "--sft-seed",
+        type=int,
+        default=0,
+        help="seed of the SFT row's training (sample order, LoRA init); a seed other than 0 is a row of its own, "
+        "'SFT(gold) [seed=N]' in <runs>/<program>/sft-seedN, which measures SFT's run-to-run spread (default 0)",
+    )
+    add_engine_argument(parser)
     parser.add_argument("--runs", type=Path, default=RUNS, help="where evaluation records and programs are written")
     parser.add_argument(
         "-o",
@@ -214,19 +246,19 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if set(methods) - {"prompt", "bfs", "sft", "mapgrpo", "grpo"}:
-        parser.error(f"--methods takes prompt, bfs, sft, mapgrpo and grpo; got {args.methods!r}")
+    if set(methods) - {"prompt", "bfs", "sft", "mapgrpo", "grpo", "sft_matched"}:
+        parser.error(f"--methods takes prompt, bfs, sft, mapgrpo, grpo and sft_matched; got {args.methods!r}")
 
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import evaluate
-    from rolecall.lm import LocalLM
+    from rolecall.lm.engines import make_lm
     from rolecall.programs.registry import build_program, get_program_class, parse_program_options
     from rolecall.retrievers.bm25 import BM25
     from rolecall.utils.logs import quiet_repeated_warnings
 
     quiet_repeated_warnings()
     if args.dataset == "synthetic":
-        world = synthetic_world(seed=args.seed)
+        world = synthetic_world(seed=args.seed, n_test=args.world_test)
         test, train, corpus = world.test[: args.test_questions], world.train[: args.train_questions], world.corpus
     else:
         from rolecall.cli_common import DEFAULT_DATA_PATHS
@@ -259,14 +291,14 @@ def main() -> None:
 
     for name in [p.strip() for p in args.programs.split(",") if p.strip()]:
         options = parse_program_options(name, args.option)
-        lm = LocalLM()  # a fresh base per program: adapters start untrained
+        lm = make_lm(engine=args.engine) if {"prompt", "sft"} & set(methods) else None  # a fresh base per program
         if "prompt" in methods:
             program = build_program(name, retriever, lm, **options)
             before = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "prompt_only",
                               resume=_resumable(args.runs / name / "prompt_only", args.resume))  # fmt: skip
             record(_row(name, "prompt-only", before.summary, 0.0, args.dataset))
         if "sft" in methods:
-            folder = args.runs / name / "sft"
+            folder = args.runs / name / ("sft" if args.sft_seed == 0 else f"sft-seed{args.sft_seed}")
             reuse = args.resume and finished_training(folder)
 
             def train_sft(
@@ -279,10 +311,12 @@ def main() -> None:
             program, minutes, history = trained_once(folder, load, train_sft, reuse=reuse)
             if reuse:
                 print(f"{name}: SFT(gold) reused from {folder} ({minutes:.1f} min of training)", flush=True)
-            resume_eval = _resumable(args.runs / name / "sft_eval", reuse)  # a new training: old records go
-            after = evaluate(program, test, num_threads=args.threads, output_dir=args.runs / name / "sft_eval",
-                             resume=resume_eval)  # fmt: skip
+            eval_dir = folder.parent / f"{folder.name}_eval"
+            after = evaluate(program, test, num_threads=args.threads, output_dir=eval_dir,
+                             resume=_resumable(eval_dir, reuse))  # fmt: skip  # a new training: old records go
             label = f"SFT(gold) [roles={args.roles}]" if args.roles else "SFT(gold)"  # the others keep their demos
+            if args.sft_seed:
+                label += f" [seed={args.sft_seed}]"
             row = _row(name, label, after.summary, minutes, args.dataset)
             row["sft_steps"] = {r["adapter"]: r["step"] for r in history}
             row["sft_step_seconds"] = {
@@ -294,6 +328,8 @@ def main() -> None:
             record(_bfs_row(args, name, options, retriever, train, test))
         for method in [m for m in ("mapgrpo", "grpo") if m in methods]:
             record(_rl_row(args, name, method, retriever, test))
+        if "sft_matched" in methods:
+            record(_sft_matched_row(args, name, retriever, train, test))
     print(table(rows))
 
 
@@ -344,7 +380,7 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
     """One rung of the RL ladder: the saved SFT program, trained further with MAPGRPO or JointGRPO, evaluated."""
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import evaluate
-    from rolecall.lm import LocalLM
+    from rolecall.lm.engines import make_lm
     from rolecall.optimizers import MAPGRPO, JointGRPO, MAPGRPOConfig
     from rolecall.optimizers.sft import parse_max_steps
     from rolecall.programs.registry import get_program_class
@@ -369,12 +405,12 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
                            expert_gradient=guided, num_threads=args.threads,
                            output_dir=out, seed=args.seed)  # fmt: skip
     config = with_fields(config, fields, "--rl-config")
-    train = synthetic_world(seed=args.seed).train if args.dataset == "synthetic" else None
+    train = synthetic_world(seed=args.seed, n_test=args.world_test).train if args.dataset == "synthetic" else None
     if train is None:
         raise SystemExit("the RL ladder runs on the synthetic world (its rewards need gold decompositions)")
 
     def load(path: Path) -> Any:  # each program on a fresh base: the warm start, or a finished rung's
-        return get_program_class(name).load(path, retriever=retriever, lm=LocalLM())
+        return get_program_class(name).load(path, retriever=retriever, lm=make_lm(engine=args.engine))
 
     def train_rl() -> tuple[Any, Any]:
         optimizer = MAPGRPO(config) if method == "mapgrpo" else JointGRPO(config)
@@ -410,33 +446,86 @@ def _rl_row(args: Any, name: str, method: str, retriever: Any, test: list[Any]) 
     return row
 
 
-def _em_by_id(eval_dir: Path) -> dict[str, float]:
-    """Exact match per question id from an evaluation's records (empty when there are none)."""
-    from rolecall.evaluation import read_records
-    from rolecall.evaluation.runner import RECORDS_FILE
+def _sft_matched_row(args: Any, name: str, retriever: Any, train: list[Any], test: list[Any]) -> dict[str, Any]:
+    """The compute-matched SFT row: the SFT warm start trained further with SFT(gold) for as long as the RL rung took.
 
-    return {record.id: record.em for record in read_records(eval_dir / RECORDS_FILE)}
+    The extra work is a number of steps, not a clock: each adapter gets its SFT row's steps times
+    ``rl_minutes / sft_minutes`` (both as that table recorded them), so SFT + extra SFT costs what SFT + RL cost and
+    the result does not depend on how busy the machine is. Judged against the same warm start by the paired
+    comparison, like the RL rungs.
+    """
+    from rolecall.evaluation import evaluate
+    from rolecall.lm.engines import make_lm
+    from rolecall.programs.registry import get_program_class
+
+    rows = {r["method"]: r for r in _earlier_rows(Path(args.out)) if r.get("program") == name}
+    sft_row, rl_row = rows.get("SFT(gold)"), rows.get("SFT + MAPGRPO")
+    if sft_row is None or "sft_steps" not in sft_row:
+        raise SystemExit("sft_matched: no 'SFT(gold)' row with its steps in --out; run --methods sft first")
+    rl_minutes = args.matched_minutes if args.matched_minutes is not None else (rl_row or {}).get("train_minutes")
+    if rl_minutes is None:
+        raise SystemExit("sft_matched: no 'SFT + MAPGRPO' row in --out; run it first or pass --matched-minutes")
+    ratio = float(rl_minutes) / max(1e-9, float(sft_row["train_minutes"]))
+    extra = {a: max(1, round(n * ratio)) for a, n in sft_row["sft_steps"].items()}
+    warm = Path(args.warm_start) if args.warm_start else args.runs / name / "sft" / "program"
+    folder = args.runs / name / "sft_matched"
+    reuse = args.resume and finished_training(folder)
+    if not reuse:
+        shutil.rmtree(folder, ignore_errors=True)
+    args.max_steps = ",".join(f"{a}={n}" for a, n in extra.items())
+    args.epochs, args.budget_minutes = 1000.0, max(60.0, 3 * float(rl_minutes))  # the steps bind; minutes a ceiling
+
+    def load(path: Path) -> Any:
+        return get_program_class(name).load(path, retriever=retriever, lm=make_lm(engine=args.engine))
+
+    def train_more() -> tuple[Any, Any]:
+        sft = sft_optimizer(args, folder)
+        return load(warm).compile(optimizer=sft, trainset=train), sft
+
+    program, minutes, history = trained_once(folder, load, train_more, reuse=reuse)
+    result = evaluate(program, test, num_threads=args.threads, output_dir=folder / "eval",
+                      resume=_resumable(folder / "eval", reuse))  # fmt: skip
+    row = _row(name, f"SFT(gold) compute-matched (+{rl_minutes:.0f} min of SFT)", result.summary,
+               float(sft_row["train_minutes"]) + minutes, args.dataset)  # fmt: skip
+    row["sft_steps"] = {a: sum(r.get("adapter") == a for r in history) for a in extra}
+    row["matched_rl_minutes"] = round(float(rl_minutes), 2)
+    versus = _against_warm_start(warm, folder / "eval")
+    if versus is not None:
+        row["vs_warm_start"] = versus
+    return row
 
 
 def _against_warm_start(warm: Path, eval_dir: Path) -> dict[str, Any] | None:
-    """The warm start's EM and the questions this rung won and lost against it, on the questions both evaluated.
+    """The paired comparison (:func:`rolecall.evaluation.compare.compare_runs`) of this rung's evaluation against its
+    warm start's, on the same questions.
 
     The warm start's records are, for a rung warm-started from another rung, that rung's ``eval`` beside its
     ``program``; else the SFT row's (``<program>/sft_eval`` beside ``<program>/sft/program``). None when neither
-    exists.
+    exists or the two evaluations hold different questions (the message is printed).
     """
-    ours = _em_by_id(eval_dir)
-    for candidate in (warm.parent / "eval", warm.parent.parent / "sft_eval"):
-        theirs = _em_by_id(candidate)
-        common = sorted(set(theirs) & set(ours))
-        if common:
-            return {
-                "records": repo_relative(candidate),
-                "warm_start_em": round(sum(theirs[i] for i in common) / len(common), 3),
-                "n": len(common),
-                "won": sum(ours[i] > theirs[i] for i in common),
-                "lost": sum(ours[i] < theirs[i] for i in common),
-            }
+    from rolecall.errors import ConfigError
+    from rolecall.evaluation.compare import compare_runs, format_comparison
+
+    for candidate in (warm.parent / "eval", warm.parent.parent / f"{warm.parent.name}_eval"):
+        if not (candidate / "records.jsonl").is_file():
+            continue
+        try:
+            c = compare_runs(candidate, eval_dir)
+        except ConfigError as err:
+            print(f"no paired comparison against {repo_relative(candidate)}: {err}", flush=True)
+            return None
+        print(format_comparison(c), flush=True)
+        return {
+            "records": repo_relative(candidate),
+            "warm_start_em": round(c.em_a, 4),
+            "n": c.n,
+            "won": c.won,
+            "lost": c.lost,
+            "tied": c.tied,
+            "em_diff": round(c.em_diff, 4),
+            "em_diff_ci": [round(c.ci_low, 4), round(c.ci_high, 4)],
+            "p_value": round(c.p_value, 4),
+        }
     return None
 
 

@@ -196,6 +196,22 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
         logger.info("%s %s: %d training inputs collected", type(self).__name__, role, len(self.pools[role]))
 
     # ------------------------------------------------------------------ one step (phases 1-5, see the module)
+    def stage_exhausted(self, stage: str, records: list[dict[str, Any]]) -> str | None:
+        """A stage ends early once its last ``stage_patience`` steps had fewer than ``min_informative`` of their
+        groups informative: the time left goes to the later stages, which still have signal to learn from."""
+        patience = self.mapgrpo_config.stage_patience
+        if patience == 0 or len(records) < patience:
+            return None
+        recent = records[-patience:]
+        informative = sum(r.get("groups/informative", 0.0) for r in recent)
+        total = sum(r.get("groups/total", 0.0) for r in recent)
+        if total and informative / total < self.mapgrpo_config.min_informative:
+            return (
+                f"out of signal: {informative:.0f} of {total:.0f} groups informative in its last {patience} steps "
+                f"(min_informative={self.mapgrpo_config.min_informative:g})"
+            )
+        return None
+
     def collect(self, ctx: StepContext) -> list[RoleInput]:
         """Phase 1: the step's ``inputs_per_step`` inputs from the stage's pool."""
         return ctx.take(

@@ -146,3 +146,31 @@ def test_mapgrpo_trains_opera_synthesis_with_the_gold_answer_as_c_best(world, ti
     (record,) = optimizer.history
     assert record["stage"] == "synthesis" and record["groups/total"] == 2.0
     assert record["reward/expert"] == 1.0  # c_best is the gold answer: EM and F1 both 1
+
+
+def test_a_stage_out_of_informative_groups_ends_and_the_next_stage_runs(
+    world, tiny_model, smollm_tokenizer, tmp_path, monkeypatch
+):
+    """The plan stage's groups all score alike (no advantage anywhere): after ``stage_patience`` steps it ends, its
+    reason recorded, and the analysis stage still trains; ``stage_patience=0`` never ends a stage."""
+    lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=8)
+    program = OPERA(BM25(world.corpus), lm=lm, max_steps=1, max_rewrites=0)
+
+    def score(self, role, item, outs):  # plan: every output alike; analysis: distinct rewards
+        return [(0.3 if role == "plan" else 0.1 * i, {}) for i in range(len(outs))]
+
+    monkeypatch.setattr(OperaRoleTasks, "score", score)
+    base = dict(steps={"plan": 4, "analysis": 1}, group_size=3, inputs_per_step=2, collect_questions=3,
+                max_completion_length=8, show_progress=False, execute_plans=False)  # fmt: skip
+    optimizer = MAPGRPO(MAPGRPOConfig(**base, stage_patience=2, output_dir=tmp_path / "ends"))
+    program.compile(optimizer=optimizer, trainset=world.train)
+    assert optimizer.steps == {"plan": 2, "analysis": 1}
+    assert "out of signal: 0 of 4 groups informative in its last 2 steps" in optimizer.stopped["plan"]
+    assert [r["groups/informative"] for r in optimizer.history] == [0.0, 0.0, 2.0]
+
+    flat = [{"groups/informative": 0.0, "groups/total": 4.0}] * 3
+    assert MAPGRPO(MAPGRPOConfig(**base, stage_patience=0)).stage_exhausted("plan", flat) is None  # 0: never ends
+    assert MAPGRPO(MAPGRPOConfig(**base, stage_patience=4)).stage_exhausted("plan", flat) is None  # not 4 steps yet
+    mixed = flat + [{"groups/informative": 3.0, "groups/total": 4.0}]  # 3 of 16 < 0.25, 3 of 12 is not
+    assert MAPGRPO(MAPGRPOConfig(**base, stage_patience=4)).stage_exhausted("plan", mixed) is not None
+    assert MAPGRPO(MAPGRPOConfig(**base, stage_patience=3)).stage_exhausted("plan", mixed) is None

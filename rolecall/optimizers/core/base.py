@@ -159,6 +159,12 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter, Generic[BatchT, RolloutsT, E
         """Runs when ``ctx.stage`` is first entered in this process (also when a resume lands mid-stage); returning
         False skips the stage (recorded in ``stopped``), for example when it collected no inputs."""
 
+    def stage_exhausted(self, stage: str, records: list[dict[str, Any]]) -> str | None:
+        """Checked after every step: why ``stage`` should end before its planned steps (its unspent share of the time
+        budget then goes to the later stages), or None to go on. ``records`` are the stage's step records this
+        process ran, oldest first. The default never ends a stage early."""
+        return None
+
     def collect(self, ctx: StepContext) -> BatchT:
         """Phase 1: the step's inputs, usually ``ctx.take(pool, n)``."""
         raise NotImplementedError(f"{type(self).__name__} must implement collect(ctx)")
@@ -278,6 +284,12 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter, Generic[BatchT, RolloutsT, E
                 trainers[name].set_progress(stage_progress(name, planned, state, cfg.time_budget_s, cfg.schedule))
                 record = self._step(ctx, trainers[name])
                 self._account(state, ctx, record, elapsed0 + self.clock() - clock)
+                if state["steps"][name] < planned[name]:
+                    why = self.stage_exhausted(name, [r for r in self.history if r.get("stage") == name])
+                    if why is not None:  # recorded before the checkpoint, so a resume keeps it ended
+                        state["stopped"][name] = why
+                        logger.warning("%s %s: ended after %d of %d steps: %s", type(self).__name__, name,
+                                       state["steps"][name], planned[name], why)  # fmt: skip
                 if out is not None:
                     t0 = self.clock()
                     trained = sorted({by_name[s].adapter for s, n in state["steps"].items() if n > 0})
