@@ -55,6 +55,15 @@ def prompt_group(messages: Sequence[dict[str, str]]) -> str | None:
     return "sys:" + hashlib.blake2b(messages[0].get("content", "").encode(), digest_size=8).hexdigest()
 
 
+def _report_sampled(completion: Completion) -> None:
+    """Hand a completion's sampled token ids to the call recorders among DSPy's active callbacks (those with a
+    ``note_sampled`` method: :class:`rolecall.programs.core.calls.LMCallRecorder`)."""
+    for callback in dspy.settings.get("callbacks") or ():
+        note = getattr(callback, "note_sampled", None)
+        if note is not None:
+            note(completion.token_ids, completion.finish_reason)
+
+
 class LocalEngine:
     """DSPy engine (``complete(Request) -> Response``) that generates with a :class:`ModelBackend`.
 
@@ -89,6 +98,7 @@ class LocalEngine:
         validate_request(request)
         gen = self.to_generation_request(_request_messages(request), request.config)
         completion = self.backend.batcher.generate(gen)[0]
+        _report_sampled(completion)  # a trainer trains on exactly these ids
         return self._response(request.model, gen, completion)
 
     def _response(self, model: str, gen: GenerationRequest, c: Completion) -> Response:

@@ -96,22 +96,27 @@ def answerer_samples(trajectory: Trajectory, lm: Any, adapter_of: Callable[[str]
     if not steps:
         return []
     step = steps[-1]
+    # (messages, text, meta): a one-completion call keeps its sampled token ids, so the sample trains on exactly them
     if step.meta.get("attempts"):
-        pairs = [(a["messages"], text) for a in step.meta["attempts"] for text in a.get("completions") or []]
+        pairs = [(a["messages"], text, {"sampled": a["sampled"]} if "sampled" in a else {})
+                 for a in step.meta["attempts"] for text in a.get("completions") or []]  # fmt: skip
+    elif step.meta.get("completions"):
+        pairs = [(step.messages, text, {}) for text in step.meta["completions"]]
     else:
-        pairs = [(step.messages, text) for text in step.meta.get("completions") or [step.completion]]
-    pairs = [(messages, text) for messages, text in pairs if text is not None]
+        pairs = [(step.messages, step.completion, {k: v for k, v in step.meta.items() if k == "sampled"})]
+    pairs = [pair for pair in pairs if pair[1] is not None]
     candidates = step.meta.get("candidates")
     if candidates is not None:
         pairs = _match_candidates(pairs, list(candidates))
-    calls = [replace(step, messages=messages, completion=text, meta={}) for messages, text in pairs]
+    calls = [replace(step, messages=messages, completion=text, meta=meta) for messages, text, meta in pairs]
     return samples_from_trajectory(calls, lm, roles=("answerer",), adapter_of=lambda s: adapter_of(s.role),
                                    include_failed=True)  # fmt: skip
 
 
-def _match_candidates(pairs: list[tuple[Any, str]], candidates: list[str | None]) -> list[tuple[Any, str]]:
-    """``pairs`` reordered so that pair j wrote candidate j (see :func:`answerer_samples`)."""
-    read = [" ".join(str(read_sections(text, ["answer"]).get("answer") or "").split()) or None for _, text in pairs]
+def _match_candidates(pairs: list[tuple[Any, str, dict]], candidates: list[str | None]) -> list[tuple[Any, str, dict]]:
+    """``pairs`` (messages, completion, meta) reordered so that pair j wrote candidate j (see
+    :func:`answerer_samples`)."""
+    read = [" ".join(str(read_sections(pair[1], ["answer"]).get("answer") or "").split()) or None for pair in pairs]
     free = list(range(len(pairs)))
     chosen = []
     for candidate in candidates:

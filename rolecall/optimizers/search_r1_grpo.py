@@ -109,7 +109,8 @@ def agent_calls(trajectory: Trajectory) -> list[Step]:
             continue
         for n, attempt in enumerate(attempts, 1):
             for completion in (attempt.get("completions") or [])[:1]:
-                meta = step.meta if n == len(attempts) else {}  # masked spans index the last call's completion
+                # masked spans index the last call's completion; an earlier attempt keeps only its own sampled ids
+                meta = step.meta if n == len(attempts) else {"sampled": attempt.get("sampled")}
                 calls.append(replace(step, messages=attempt["messages"], completion=completion, meta=meta))
     return calls
 

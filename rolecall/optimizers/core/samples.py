@@ -7,6 +7,13 @@ so the trajectories of any program feed any optimizer.
 
 The completion target, decided here:
 
+- A call the LM sampled (a rollout) carries the exact token ids its engine sampled (``step.meta["sampled"]``, what
+  :class:`~rolecall.programs.core.calls.LMCallRecorder` heard from the engine): the target is those ids, as sampled.
+  Nothing is re-tokenized and nothing is added: the stop string's tokens or EOS are there when the model wrote them,
+  and a truncated call (``finish_reason="length"``) is trained as truncated. The ids are used when they decode to
+  text that starts with the recorded completion (so they belong to this tokenizer and this call) and the step has
+  no masked spans; else the rules below rebuild the target from the text (a gold or hand-written completion).
+
 - The LM stops on ChatAdapter's marker ``[[ ## completed ## ]]`` and cuts it from the text, so a recorded completion
   usually lacks it. The target restores it: ``completion.rstrip() + "\\n\\n[[ ## completed ## ]]"`` (the separator
   ChatAdapter itself writes before the marker), then EOS. A trained role thus ends its output the way the parser and
@@ -35,6 +42,7 @@ from rolecall.programs.core.trajectory import Step, Trajectory
 
 __all__ = [
     "completion_target",
+    "sampled_ids",
     "encode_completion",
     "load_samples",
     "mask_spans",
@@ -147,6 +155,7 @@ def samples_from_trajectory(
     add_eos: bool = True,
     spans_of: Callable[[Step], Sequence[Span]] | None = None,
     advantage: float | None = None,
+    exact_ids: bool = True,
 ) -> list[TrainingSample]:
     """Builds one :class:`TrainingSample` per recorded role call, exactly as the role saw it.
 
@@ -163,6 +172,8 @@ def samples_from_trajectory(
         spans_of: Character spans of ``step.completion`` that carry no gradient; default
             ``step.meta.get("masked_spans", [])`` (e.g. passages a program inserted into a multi-turn completion).
         advantage: A scalar advantage given to every sample (e.g. a rejection-sampling weight); default None.
+        exact_ids: Train a sampled call on the token ids its engine sampled (module docstring); False always
+            re-tokenizes the text (``end_marker`` and ``add_eos`` apply).
 
     Returns:
         The samples in step order. Steps of another kind, without messages or completion, and (unless
@@ -180,9 +191,12 @@ def samples_from_trajectory(
         if not step.messages or step.completion is None or (not step.ok and not include_failed):
             continue
         spans = list(spans_of(step) if spans_of is not None else step.meta.get("masked_spans", []))
-        completion_ids, loss_mask = encode_completion(
-            tokenizer, completion_target(step.completion, end_marker), add_eos=add_eos, spans=[tuple(s) for s in spans]
-        )
+        sampled = sampled_ids(step, tokenizer) if exact_ids and not spans else None
+        if sampled is not None:
+            completion_ids, loss_mask = sampled, [1] * len(sampled)
+        else:
+            completion_ids, loss_mask = encode_completion(tokenizer, completion_target(step.completion, end_marker),
+                                                          add_eos=add_eos, spans=[tuple(s) for s in spans])  # fmt: skip
         samples.append(
             TrainingSample(
                 role=step.role,
@@ -195,6 +209,24 @@ def samples_from_trajectory(
         )
     logger.debug("%d samples from %d steps", len(samples), len(steps))
     return samples
+
+
+def sampled_ids(step: Step, tokenizer: Any) -> list[int] | None:
+    """The token ids the engine sampled for ``step.completion`` (``step.meta["sampled"]``), or None when there are
+    none or they do not decode to text starting with the recorded completion (another tokenizer, another call).
+
+    Example:
+        >>> step = Step(kind="role", role="qa", completion="Paris", meta={"sampled": {"token_ids": [1, 2]}})
+        >>> sampled_ids(step, tokenizer)  # doctest: +SKIP
+        [1, 2]
+    """
+    ids = (step.meta.get("sampled") or {}).get("token_ids")
+    if not ids or step.completion is None:
+        return None
+    if not tokenizer.decode(ids, skip_special_tokens=True).startswith(step.completion):
+        logger.debug("sampled ids of a %s call do not decode to its completion; re-tokenizing the text", step.role)
+        return None
+    return [int(t) for t in ids]
 
 
 def _adapter(step: Step, adapter_of: Mapping[str, str] | Callable[[Step], str | None] | None) -> str:

@@ -60,6 +60,7 @@ class LMCallRecorder(BaseCallback):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._current = threading.local()  # the call this thread is in: an LM reports its sampled ids to it
         self.calls: dict[str, dict[str, Any]] = {}
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
@@ -67,9 +68,21 @@ class LMCallRecorder(BaseCallback):
         messages = inputs.get("messages")
         if messages is None and inputs.get("prompt") is not None:
             messages = [{"role": "user", "content": inputs["prompt"]}]
-        record = {"messages": [dict(m) for m in messages or []], "completions": [], "lm": instance, "error": None}
+        record = {"messages": [dict(m) for m in messages or []], "completions": [], "lm": instance, "error": None,
+                  "sampled": []}  # fmt: skip
         with self._lock:
             self.calls[call_id] = record
+        self._current.record = record
+
+    def note_sampled(self, token_ids: Sequence[int], finish_reason: str) -> None:
+        """Store the token ids the LM sampled for this thread's current call (EOS or the stop string's tokens included,
+        as sampled; ``finish_reason`` ``"length"`` marks a truncated call). A rolecall LM engine calls it on every
+        recorder among DSPy's active callbacks, so a trainer can train on exactly those ids instead of re-tokenizing
+        the text (:func:`rolecall.optimizers.core.samples.samples_from_trajectory`)."""
+        record = getattr(self._current, "record", None)
+        if record is not None:
+            with self._lock:
+                record["sampled"].append({"token_ids": [int(t) for t in token_ids], "finish_reason": finish_reason})
 
     def on_lm_end(self, call_id: str, outputs: Any | None, exception: BaseException | None = None) -> None:
         """Store the raw completion text(s) of a finished LM call."""
@@ -79,6 +92,8 @@ class LMCallRecorder(BaseCallback):
             if record is not None:
                 record["completions"] = texts
                 record["error"] = None if exception is None else f"{type(exception).__name__}: {exception}"
+        if getattr(self._current, "record", None) is record:
+            self._current.record = None  # ids sampled after this call ended belong to no call of ours
 
     def ordered(self) -> list[dict[str, Any]]:
         """The recorded calls in start order."""
@@ -215,8 +230,14 @@ def fill_lm_record(step: Step, recorder: LMCallRecorder, tracker: Any, *, fallba
         step.completion = last["completions"][0] if last["completions"] else None
         if len(last["completions"]) > 1:
             step.meta["completions"] = last["completions"]
+        if len(last.get("sampled") or ()) == 1 and len(last["completions"]) == 1:
+            step.meta["sampled"] = last["sampled"][0]  # the exact ids of step.completion
         if len(calls) > 1:
-            step.meta["attempts"] = [{"messages": c["messages"], "completions": c["completions"]} for c in calls]
+            step.meta["attempts"] = [
+                {"messages": c["messages"], "completions": c["completions"],
+                 **({"sampled": c["sampled"][0]} if len(c.get("sampled") or ()) == 1 else {})}
+                for c in calls
+            ]  # fmt: skip
         if step.error is None and last["error"]:
             step.error = last["error"]
     prompt_tokens = completion_tokens = 0
