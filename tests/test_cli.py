@@ -496,7 +496,7 @@ def test_compile_opd_builds_multiagent_opd_from_the_flags(monkeypatch):
     assert isinstance(optimizer, OPD) and cfg.group_size == 5 and (cfg.steps, cfg.teacher_steps) == (7, 7)
     assert (cfg.time_budget_minutes, cfg.teacher_minutes, cfg.seed) == (3, 3, 2)
     assert cfg.output_dir == str(Path("runs/x") / "opd") and optimizer.config.time_budget_s == 180
-    assert (cfg.beta, cfg.kl_coef, cfg.outcome_only, cfg.teacher_adapter) == (0.01, 1e-3, False, "opd_teacher")
+    assert (cfg.beta, cfg.kl_coef, cfg.outcome_only, cfg.teacher_adapter) == (1.0, 1e-3, False, "opd_teacher")
     built = []
     monkeypatch.setattr(
         "rolecall.cli_compile.build_optimizers", lambda args, *_: built.append(args) or pytest.fail("built")

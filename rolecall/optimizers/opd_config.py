@@ -8,11 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rolecall.errors import ConfigError
+from rolecall.optimizers.core.grpo.advantages import AdvantageScale
 from rolecall.optimizers.core.run_config import RunConfig
-from rolecall.optimizers.rewards.team import KLEstimator, TeamRewardWeights
+from rolecall.optimizers.rewards.team import KLEstimator, KLReduction, TeamRewardWeights
 from rolecall.programs.core.options import option
 
-__all__ = ["OPDConfig"]
+__all__ = ["OPDConfig", "KL_ROLES"]
+
+KL_ROLES = ("leader", "answerer")
+"""The roles whose reward can carry the KL toward π_T (the paper's two; Searchers get Eq. 5 instead)."""
 
 
 @dataclass(kw_only=True)
@@ -39,12 +43,31 @@ class OPDConfig(RunConfig):
     """Sampling temperature of every role in the rollouts, and of the trainer's and the scoring log-probs (1.0)."""
     answer_candidates: int = option(5, low=1)
     """J: Answerer candidates per request in training (paper: 5); their rewards are normalized within the request."""
-    beta: float = option(0.01, low=0.0)
-    """β of Eq. 5, the scale of the Searchers' distillation advantages (paper: 0.01)."""
+    beta: float = option(1.0, low=0.0)
+    """β of Eq. 5, the scale of the Searchers' distillation advantages Â_t = β (log π_T - log π_old). Default 1.0; the
+    paper's 0.01 (still available) was for its setting: here the Leader and Answerer advantages are unit-size
+    (``advantage_scale="std"``) and share one optimizer step of the adapter with the Searcher tokens, so β = 0.01 made
+    distillation about 1% of the gradient (``advantage/searcher_share`` in the metrics shows the share)."""
     kl_coef: float = option(1e-3, low=0.0)
-    """KL coefficient toward π_T in the Leader and Answerer rewards (paper: 1e-3; 0.0 skips it); none for Searchers."""
+    """KL coefficient toward π_T in the rewards of the ``kl_roles`` (paper: 1e-3; 0.0 skips it); none for Searchers."""
     kl_estimator: KLEstimator = "k1"
-    """``k1``: Σ_t log π - log π_T (veRL's in-reward KL); ``k3``: Schulman's non-negative estimator."""
+    """``k1``: kl_t = log π - log π_T (veRL's in-reward KL); ``k3``: Schulman's non-negative estimator."""
+    kl_reduction: KLReduction = "mean"
+    """KL̂ over a role's generated tokens: ``"mean"`` (default), the per-token KL, a Leader's over all its tokens in the
+    rollout (token-weighted across its turns), so a longer response or one more Leader turn costs nothing by itself;
+    ``"sum"``, the paper's Σ_t kl_t, under which one more Leader turn cost ~0.04 reward against a +0.017 tool bonus."""
+    kl_roles: tuple[str, ...] = ("answerer",)
+    """The roles whose reward carries -kl_coef · KL̂(π ‖ π_T): by default only those the Teacher has played (the
+    cascaded Searcher -> Answerer Teacher never played the Leader: its summed KL there measured 37-43 nats, a
+    penalty on the Leader's length, not on its distance from a policy the Teacher knows); ``("leader", "answerer")``
+    is the paper. ``()`` turns the KL off as ``kl_coef=0`` does."""
+    advantage_scale: AdvantageScale = "std"
+    """Stage II's normalization of the Leader and Answerer groups and of the outcome-only Searchers: ``"std"``, Eq. 1,
+    (R - μ) / (σ + ε); ``"none"``, R - μ (Dr. GRPO), whose advantages keep the rewards' scale."""
+    teacher_check_questions: int = option(50, low=0)
+    """Before Stage II, the Teacher and the starting student answer this many questions greedily (the ``valset``'s
+    first, else the trainset's) and are compared question by question (``teacher_check.json``; a warning when the
+    Teacher is not better). 0 skips the check."""
     outcome_only: bool = False
     """The ablation: Searchers learn from the team outcome R_EM (group-normalized) instead of the Teacher (Eq. 5)."""
     invalid_reward: float | None = -1.0
@@ -61,6 +84,10 @@ class OPDConfig(RunConfig):
         super().__post_init__()
         if not self.teacher_adapter.strip():
             raise ConfigError(f"teacher_adapter must be a non-empty adapter name; got {self.teacher_adapter!r}")
+        bad = [role for role in self.kl_roles if role not in KL_ROLES]
+        if bad:
+            raise ConfigError(f"kl_roles has {bad[0]!r}; valid roles are {list(KL_ROLES)} (the Searchers get Eq. 5's "
+                              "distillation, not a KL in the reward)")  # fmt: skip
 
     @property
     def weights(self) -> TeamRewardWeights:

@@ -43,7 +43,7 @@ import torch
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core.base import WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
-from rolecall.optimizers.core.grpo.advantages import all_equal, group_advantages
+from rolecall.optimizers.core.grpo.advantages import AdvantageScale, all_equal, group_advantages
 from rolecall.optimizers.core.grpo.loss import LossType
 from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.run_config import RunConfig
@@ -76,6 +76,9 @@ class SearchR1GRPOConfig(RunConfig):
     """Questions (groups) per optimizer step (Search-R1: 512 on GPUs; a CPU step is a few)."""
     steps: int = option(20, low=0)
     """Optimizer steps, unless ``time_budget_minutes`` runs out first."""
+    advantage_scale: AdvantageScale = "std"
+    """``"std"``: A_i = (r_i - mean) / (std + eps), GRPO as the paper trains; ``"none"``: A_i = r_i - mean (Dr. GRPO),
+    so a group that differs only by a shaping term gets advantages as small as that term, not unit-size ones."""
     temperature: float = option(1.0, low=1e-6)
     """Sampling temperature of the agent in the rollouts, and of the trainer's log-probs (Search-R1: 1.0); > 0, GRPO
     needs sampled rollouts."""
@@ -130,13 +133,18 @@ def rollout_samples(
 
 
 def group_samples(
-    trajectories: Sequence[Trajectory], rewards: Sequence[float], tokenizer_or_lm: Any, *, adapter: str
+    trajectories: Sequence[Trajectory],
+    rewards: Sequence[float],
+    tokenizer_or_lm: Any,
+    *,
+    adapter: str,
+    scale: AdvantageScale = "std",
 ) -> list[TrainingSample] | None:
     """The samples of one question's G rollouts with A_i = (r_i - mean r) / (std r + eps); None when all r_i are
     equal (no signal: the group is skipped)."""
     if all_equal(rewards):
         return None
-    advantages = group_advantages(torch.tensor([list(rewards)]), scale="std")[0]  # (G,)
+    advantages = group_advantages(torch.tensor([list(rewards)]), scale=scale)[0]  # (G,)
     return [s for traj, a in zip(trajectories, advantages.tolist(), strict=True)
             for s in rollout_samples(traj, tokenizer_or_lm, adapter=adapter, advantage=a)]  # fmt: skip
 
@@ -242,7 +250,8 @@ class SearchR1GRPO(WeightOptimizer[list[GoldRecord], AgentRollouts, AgentRollout
                 for key, value in parts.items():
                     terms.setdefault(key, []).append(float(value))
             rewards = [parts["reward/total"] for parts in scored]
-            group = group_samples(trajectories, rewards, self.view, adapter=ctx.stage.adapter)
+            group = group_samples(trajectories, rewards, self.view, adapter=ctx.stage.adapter,
+                                  scale=self.grpo_config.advantage_scale)  # fmt: skip
             if group is None:
                 skipped += 1
             else:

@@ -44,7 +44,7 @@ from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match
 from rolecall.optimizers.core.base import RunConfig, WeightOptimizer
 from rolecall.optimizers.core.config import LORA_LEARNING_RATE, TrainerConfig
-from rolecall.optimizers.core.grpo.advantages import all_equal, group_advantages
+from rolecall.optimizers.core.grpo.advantages import AdvantageScale, all_equal, group_advantages
 from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
@@ -89,6 +89,9 @@ class SPlanRLConfig(RunConfig):
     """β: weight of the plan adaptation reward R_a = R_refine + R_revise (paper: 0.1)."""
     lambda_: float = option(0.5, low=0.0, high=1.0)
     """λ: R_revise = λ (R_t + R_q) for a run that revised its plan (paper: 0.5)."""
+    advantage_scale: AdvantageScale = "std"
+    """``"std"``: A_i = (r_i - mean) / (std + eps), GRPO as the paper trains; ``"none"``: A_i = r_i - mean (Dr. GRPO),
+    so a group that differs only by a shaping term gets advantages as small as that term, not unit-size ones."""
     use_plan_reward: bool = True
     """False drops α R_p from R: the paper's "w/o R_p" ablation, where the Reasoner over-decomposes (Table 4)."""
     steps: int = option(8, low=1)
@@ -172,6 +175,7 @@ def reasoner_group_samples(
     *,
     adapter: str,
     roles: Sequence[str] = REASONER_ROLES,
+    scale: AdvantageScale = "std",
 ) -> tuple[list[TrainingSample], list[float]]:
     """One group's GRPO samples: every Reasoner call of rollout i, as its role saw it, with advantage A_i.
 
@@ -192,7 +196,7 @@ def reasoner_group_samples(
         raise ValueError(f"{len(trajectories)} rollouts but {len(rewards)} rewards; give one reward per rollout")
     if all_equal(rewards):
         return [], []
-    advantages = group_advantages(torch.tensor([list(rewards)], dtype=torch.float64), scale="std")[0].tolist()  # (G,)
+    advantages = group_advantages(torch.tensor([list(rewards)], dtype=torch.float64), scale=scale)[0].tolist()  # (G,)
     samples = []
     for trajectory, advantage in zip(trajectories, advantages, strict=True):
         samples += samples_from_trajectory(trajectory, lm, roles=roles, adapter_of=lambda _: adapter,
@@ -358,7 +362,8 @@ class SPlanRL(WeightOptimizer[list[Example], ReasonerRollouts, ReasonerRollouts]
                 steps = [s for role in ctx.stage.roles for s in pred.trajectory.role_steps(role)]
                 calls, parsed = calls + len(steps), parsed + sum(s.ok for s in steps)
             group, _ = reasoner_group_samples([p.trajectory for p in preds], rewards, lm, adapter=ctx.stage.adapter,
-                                              roles=ctx.stage.roles)  # fmt: skip
+                                              roles=ctx.stage.roles,
+                                              scale=self.splanrl_config.advantage_scale)  # fmt: skip
             skipped += not group
             samples += group
         totals = terms.get("reward/total", [])

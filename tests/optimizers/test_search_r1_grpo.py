@@ -132,6 +132,19 @@ def test_all_equal_groups_are_skipped(smollm_tokenizer):
     assert samples == [] and metrics["groups/skipped"] == 2.0 and metrics["groups/total"] == 2.0
 
 
+def test_advantage_scale_none_keeps_a_shaping_only_difference_small(smollm_tokenizer):
+    """Rewards [0.1, 0, 0] differ by a shaping term only: std normalisation makes it unit-size (the same as a
+    right-versus-wrong split), ``advantage_scale="none"`` keeps A = r - mean."""
+    runs = [_rollout(_turn("answer", "Rome")) for _ in range(3)]
+    std = group_samples(runs, [0.1, 0.0, 0.0], smollm_tokenizer, adapter="agent")
+    plain = group_samples(runs, [0.1, 0.0, 0.0], smollm_tokenizer, adapter="agent", scale="none")
+    assert std[0].advantage == pytest.approx((0.1 - 0.1 / 3) / (math.sqrt(1 / 300) + 1e-4))  # unit-size
+    assert [s.advantage for s in plain] == pytest.approx([0.1 - 0.1 / 3, -0.1 / 3, -0.1 / 3])
+    assert SearchR1GRPOConfig(advantage_scale="none").advantage_scale == "none"
+    with pytest.raises(ConfigError, match="advantage_scale"):
+        SearchR1GRPOConfig(advantage_scale="minmax")
+
+
 def test_retrieved_passages_are_prompt_tokens_never_completion_tokens(world, smollm_tokenizer):
     """Each Search-R1 turn is its own role call: the passages a search returned reach the next call through its
     ``interaction`` input (the prompt), and a completion holds only what the model wrote, so nothing needs masking."""

@@ -107,6 +107,14 @@ def test_a_hand_checked_group(smollm_tokenizer):
         assert completion.startswith(step.completion) and "[[ ## completed ## ]]" in completion
 
 
+def test_advantage_scale_none_is_r_minus_the_group_mean(smollm_tokenizer):
+    runs = [_run(tag=str(i)) for i in range(3)]
+    _, advantages = reasoner_group_samples(runs, [1.0, 0.0, 0.5], smollm_tokenizer, adapter="reasoner", scale="none")
+    assert advantages == pytest.approx([0.5, -0.5, 0.0])
+    with pytest.raises(ConfigError, match="advantage_scale"):
+        SPlanRLConfig(advantage_scale="minmax")
+
+
 def test_retrieved_and_purifier_text_carry_no_loss(smollm_tokenizer):
     """The Purifier's note reaches the Reasoner as an input of its next call: it is in that call's prompt (no loss),
     never in a Reasoner completion, and every completion token the Reasoner wrote keeps its loss."""

@@ -27,7 +27,12 @@ from rolecall.optimizers.stride_ft import (
     score_run,
 )
 from rolecall.optimizers.stride_ft.optimizer import load_runs
-from rolecall.optimizers.stride_ft.selection import answer_bearing_facts, plan_call_pairs, rewritten_facts
+from rolecall.optimizers.stride_ft.selection import (
+    LengthBalance,
+    answer_bearing_facts,
+    plan_call_pairs,
+    rewritten_facts,
+)
 from rolecall.programs import OPERA, STRIDE
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.retrievers.bm25 import BM25
@@ -81,6 +86,26 @@ def test_preference_pairs_need_a_clear_winner_and_distinct_plans():
     assert preference_pairs(runs, per_question=2) == [(0, 2)]  # run 3 beats run 1 by an F1 gap of 0.2 only
     assert preference_pairs(runs[:2]) == []  # only identical plans
     assert preference_pairs([runs[2], runs[3]]) == []  # no clear winner (F1 gap 0.1)
+
+
+def test_pairs_avoid_a_shorter_chosen_plan_when_asked_and_the_lengths_are_reported():
+    short_win = plan_run(["person -> spouse"], ["Who is the spouse of Kranra Vrasov?"], RIGHT)
+    long_worst = plan_run(["person -> city", "city -> country", "country -> capital"],
+                          ["Where was Kranra Vrasov born?", "Which country is [1] in?", "What is the capital of [2]?"],
+                          Outcome(False, 0.0, 6, 3))  # fmt: skip
+    short_bad = plan_run(["person -> band"], ["Which band?"], Outcome(False, 0.1, 5, 2))
+    runs = [short_win, long_worst, short_bad]
+    assert preference_pairs(runs) == [(0, 1)]  # the paper's rule: the worst run, whose plan is longer
+    assert preference_pairs(runs, avoid_shorter_chosen=True) == [(0, 2)]  # a loser whose plan is not longer
+    assert preference_pairs(runs[:2], avoid_shorter_chosen=True) == [(0, 1)]  # none qualifies: the worst run
+    balance = LengthBalance()
+    assert not balance.avoid_shorter_chosen
+    balance.add(5, 12)
+    assert balance.avoid_shorter_chosen  # one pair with the shorter plan chosen, none with the longer
+    balance.add(9, 4)
+    assert not balance.avoid_shorter_chosen
+    assert balance.report() == {"pairs": 2, "chosen_shorter": 1, "chosen_longer": 1, "chosen_words": 7.0,
+                                "rejected_words": 8.0}  # fmt: skip
 
 
 def test_plan_call_pairs_train_the_strategy_call_and_the_plan_call_only_when_their_prompts_agree():

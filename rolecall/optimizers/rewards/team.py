@@ -13,9 +13,9 @@ With c_ij the normalized exact match of Answerer candidate j in trajectory τ_i 
       R_L,i = 0.9 R_EM,i + 0.1 min(C_tool,i, 6) / 6
 
   A KL penalty of 1e-3 toward the Teacher π_T enters the Leader and Answerer rewards before the advantages
-  (:func:`kl_penalized_reward`).
+  (:func:`kl_penalized_reward`; KL̂ the paper's sum over the role's tokens, or their mean, :func:`teacher_kl`).
 - Role-wise normalization, Eq. 1: ``Â_r,i = (R_r,i - μ_x,r) / (σ_x,r + ε)`` over the G trajectories of question x
-  (for the Answerer, over the candidates of one request): :func:`role_advantages`.
+  (for the Answerer, over the candidates of one request): :func:`role_advantages` (``scale="none"``: R - μ, Dr. GRPO).
 - Searcher tokens, Eq. 5: ``Â_t = β M_t (log π_T(a_t|h_t) - log π_old(a_t|h_t))``, β = 0.01:
   :func:`searcher_token_advantages`.
 
@@ -39,7 +39,7 @@ import torch
 
 from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match
-from rolecall.optimizers.core.grpo.advantages import group_advantages, teacher_token_advantages
+from rolecall.optimizers.core.grpo.advantages import AdvantageScale, group_advantages, teacher_token_advantages
 from rolecall.optimizers.core.grpo.loss import per_token_kl_k3
 from rolecall.programs.core.trajectory import Step, Trajectory
 from rolecall.programs.team.program import tool_steps
@@ -57,6 +57,8 @@ __all__ = [
     "role_advantages",
     "searcher_token_advantages",
     "kl_penalized_reward",
+    "teacher_kl",
+    "KLReduction",
     "answerer_candidates",
     "cascaded_team_rewards",
     "hierarchical_team_rewards",
@@ -65,6 +67,10 @@ __all__ = [
 KLEstimator = Literal["k1", "k3"]
 """``"k1"``: log π - log π_T per token (veRL's in-reward ``kl``); ``"k3"``: Schulman's exp(Δ) - Δ - 1, Δ = log π_T -
 log π (never negative)."""
+
+KLReduction = Literal["mean", "sum"]
+"""How KL̂ reduces the per-token estimates over a role's generated tokens: ``"sum"``, Σ_t kl_t (the paper, veRL: a
+sequence KL, growing with the response's length); ``"mean"``, Σ_t kl_t / |{t : M_t = 1}| (per token, length-free)."""
 
 
 @dataclass(kw_only=True)
@@ -152,8 +158,11 @@ def leader_reward(r_em: float, c_tool: int, *, valid: bool = True, weights: Team
 
 
 # ---------------------------------------------------------------------------------------------- advantages
-def role_advantages(rewards: Sequence[float] | torch.Tensor, *, eps: float = 1e-4) -> torch.Tensor:
-    """Role-wise normalization (Eq. 1): Â_r,i = (R_r,i - μ_x,r) / (σ_x,r + ε) over one group.
+def role_advantages(
+    rewards: Sequence[float] | torch.Tensor, *, eps: float = 1e-4, scale: AdvantageScale = "std"
+) -> torch.Tensor:
+    """Role-wise normalization (Eq. 1): Â_r,i = (R_r,i - μ_x,r) / (σ_x,r + ε) over one group; with
+    ``scale="none"``, Â_r,i = R_r,i - μ_x,r (Dr. GRPO's unscaled form).
 
     A group is the G rewards of one role on one question (Leader), or the J candidate rewards of one Answerer request
     (its parent workflow). σ is the Bessel-corrected sample std (veRL's GRPO); a group whose rewards are all equal
@@ -163,24 +172,27 @@ def role_advantages(rewards: Sequence[float] | torch.Tensor, *, eps: float = 1e-
     Args:
         rewards: R_r,i of one group, shape (G,), or B groups, shape (B, G).
         eps: ε, > 0, so an all-equal group divides 0 by ε instead of by 0.
+        scale: ``"std"`` (Eq. 1) or ``"none"`` (R - μ).
 
     Returns:
         Advantages of the same shape, detached.
 
     Raises:
-        ConfigError: If ``eps`` is not positive.
+        ConfigError: If ``eps`` is not positive, or ``scale`` is unknown.
         ValueError: If ``rewards`` is neither (G,) nor (B, G).
 
     Example:
         >>> role_advantages([1.0, 1.0, 1.0]).tolist()
         [0.0, 0.0, 0.0]
+        >>> role_advantages([1.0, 0.0, 0.5], scale="none").tolist()
+        [0.5, -0.5, 0.0]
     """
     if not eps > 0:
         raise ConfigError(f"eps must be > 0 so an all-equal group cannot divide by zero, got {eps}")
     r = torch.as_tensor(rewards, dtype=torch.float32) if not isinstance(rewards, torch.Tensor) else rewards
     if r.dim() not in (1, 2):
         raise ValueError(f"rewards must have shape (G,) or (B, G); got shape {tuple(r.shape)}.")
-    advantages = group_advantages(r.reshape(-1, r.shape[-1]), scale="std", eps=eps)  # (B, G): Eq. 1
+    advantages = group_advantages(r.reshape(-1, r.shape[-1]), scale=scale, eps=eps)  # (B, G): Eq. 1
     return advantages.reshape(r.shape)
 
 
@@ -214,46 +226,46 @@ def searcher_token_advantages(
     return teacher_token_advantages(teacher_per_token_logps, old_per_token_logps, mask, beta=beta)
 
 
-def kl_penalized_reward(
-    reward: float | torch.Tensor,
+def teacher_kl(
     per_token_logps: torch.Tensor,
     teacher_per_token_logps: torch.Tensor,
     mask: torch.Tensor | None = None,
     *,
-    kl_coef: float = 1e-3,
     estimator: KLEstimator = "k1",
+    reduction: KLReduction = "sum",
 ) -> torch.Tensor:
-    """A Leader / Answerer reward with the KL penalty toward the Teacher, before advantages: R - kl_coef · KL̂.
+    """KL̂(π ‖ π_T) of a role's response: the per-token estimates kl_t reduced over its generated tokens (``mask``).
 
-    KL̂ sums a per-token estimate over the role's generated tokens (``mask``), as veRL adds ``-kl_coef · kl_t`` to each
-    token's reward and GRPO sums the token rewards of a response. ``"k1"`` (default, veRL's in-reward ``kl``):
-    ``kl_t = log π(a_t|h_t) - log π_T(a_t|h_t)``, whose sum is log π(y)/π_T(y), an unbiased single-sample estimate of
-    the sequence KL(π ‖ π_T) (a token can be negative). ``"k3"``: ``exp(Δ) - Δ - 1`` with Δ = log π_T - log π, never
-    negative (:func:`~rolecall.optimizers.core.grpo.loss.per_token_kl_k3`). The paper: coefficient 1e-3; no KL for
-    Searchers.
+    ``"k1"``: ``kl_t = log π(a_t|h_t) - log π_T(a_t|h_t)``, whose sum is log π(y)/π_T(y), an unbiased single-sample
+    estimate of the sequence KL (a token can be negative). ``"k3"``: ``exp(Δ) - Δ - 1`` with Δ = log π_T - log π, never
+    negative (:func:`~rolecall.optimizers.core.grpo.loss.per_token_kl_k3`). ``reduction="sum"``: KL̂ = Σ_t M_t kl_t;
+    ``"mean"``: KL̂ = Σ_t M_t kl_t / max(Σ_t M_t, 1) (0 for a response without a generated token).
 
     Args:
-        reward: R_L,i or R_A,i,j: a float, or a (B,) tensor for B responses.
         per_token_logps: log π(a_t | h_t) of the policy that sampled the response, shape (T,) or (B, T).
         teacher_per_token_logps: log π_T(a_t | h_t) on the same tokens, same shape.
         mask: 1 on the role's generated tokens (default: all), same shape.
-        kl_coef: the KL coefficient (paper: 1e-3).
         estimator: ``"k1"`` or ``"k3"``.
+        reduction: ``"sum"`` or ``"mean"`` over the masked tokens.
 
     Returns:
-        The penalized reward, shape () or (B,), detached.
+        KL̂, shape () or (B,), detached.
 
     Raises:
-        ConfigError: If ``estimator`` is unknown.
+        ConfigError: If ``estimator`` or ``reduction`` is unknown.
         ValueError: If the shapes differ.
 
     Example:
-        >>> r = kl_penalized_reward(1.0, torch.tensor([-1.0, -2.0]), torch.tensor([-2.0, -2.5]), kl_coef=0.1)
-        >>> round(r.item(), 4)  # 1 - 0.1 * ((-1 + 2) + (-2 + 2.5))
-        0.85
+        >>> logps, teacher = torch.tensor([-1.0, -2.0, -3.0]), torch.tensor([-2.0, -2.5, -9.0])
+        >>> teacher_kl(logps, teacher, torch.tensor([1, 1, 0])).item()  # (-1 + 2) + (-2 + 2.5)
+        1.5
+        >>> teacher_kl(logps, teacher, torch.tensor([1, 1, 0]), reduction="mean").item()  # 1.5 / 2 tokens
+        0.75
     """
     if estimator not in get_args(KLEstimator):
         raise ConfigError(f"Unknown KL estimator {estimator!r}; valid options are {list(get_args(KLEstimator))}.")
+    if reduction not in get_args(KLReduction):
+        raise ConfigError(f"Unknown KL reduction {reduction!r}; valid options are {list(get_args(KLReduction))}.")
     shapes = {per_token_logps.shape, teacher_per_token_logps.shape} | ({mask.shape} if mask is not None else set())
     if len(shapes) > 1:
         raise ValueError(
@@ -265,10 +277,61 @@ def kl_penalized_reward(
         kl = per_token_logps - teacher_per_token_logps  # (B, T)
     else:
         kl = per_token_kl_k3(per_token_logps, teacher_per_token_logps)  # (B, T)
-    if mask is not None:
-        kl = torch.where(mask.bool(), kl, torch.zeros_like(kl))  # where, so a -inf masked log-prob cannot give NaN
+    keep = mask.bool() if mask is not None else torch.ones_like(kl, dtype=torch.bool)
+    kl = torch.where(keep, kl, torch.zeros_like(kl))  # where, so a -inf masked log-prob cannot give NaN
+    total = kl.sum(dim=-1)  # () or (B,): Σ_t M_t kl_t
+    if reduction == "mean":
+        total = total / keep.sum(dim=-1).clamp(min=1).to(total.dtype)
+    return total.detach()
+
+
+def kl_penalized_reward(
+    reward: float | torch.Tensor,
+    per_token_logps: torch.Tensor,
+    teacher_per_token_logps: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    kl_coef: float = 1e-3,
+    estimator: KLEstimator = "k1",
+    reduction: KLReduction = "sum",
+) -> torch.Tensor:
+    """A Leader / Answerer reward with the KL penalty toward the Teacher, before advantages: R - kl_coef · KL̂.
+
+    KL̂ reduces a per-token estimate over the role's generated tokens (``mask``, :func:`teacher_kl`). ``"sum"`` (the
+    default here, the paper's): as veRL adds ``-kl_coef · kl_t`` to each token's reward and GRPO sums the token rewards
+    of a response, so a longer response pays more. ``"mean"``: the per-token KL, which charges a response for how far
+    each of its tokens is from π_T, not for its length (what :class:`~rolecall.optimizers.opd.OPD` uses by default).
+    ``"k1"`` (default, veRL's in-reward ``kl``): ``kl_t = log π(a_t|h_t) - log π_T(a_t|h_t)``; ``"k3"``: Schulman's
+    non-negative estimator. The paper: coefficient 1e-3; no KL for Searchers.
+
+    Args:
+        reward: R_L,i or R_A,i,j: a float, or a (B,) tensor for B responses.
+        per_token_logps: log π(a_t | h_t) of the policy that sampled the response, shape (T,) or (B, T).
+        teacher_per_token_logps: log π_T(a_t | h_t) on the same tokens, same shape.
+        mask: 1 on the role's generated tokens (default: all), same shape.
+        kl_coef: the KL coefficient (paper: 1e-3).
+        estimator: ``"k1"`` or ``"k3"``.
+        reduction: ``"sum"`` (paper) or ``"mean"`` over the masked tokens.
+
+    Returns:
+        The penalized reward, shape () or (B,), detached.
+
+    Raises:
+        ConfigError: If ``estimator`` or ``reduction`` is unknown.
+        ValueError: If the shapes differ.
+
+    Example:
+        >>> r = kl_penalized_reward(1.0, torch.tensor([-1.0, -2.0]), torch.tensor([-2.0, -2.5]), kl_coef=0.1)
+        >>> round(r.item(), 4)  # 1 - 0.1 * ((-1 + 2) + (-2 + 2.5))
+        0.85
+        >>> r = kl_penalized_reward(1.0, torch.tensor([-1.0, -2.0]), torch.tensor([-2.0, -2.5]), kl_coef=0.1,
+        ...                         reduction="mean")
+        >>> round(r.item(), 4)  # 1 - 0.1 * 1.5 / 2
+        0.925
+    """
+    kl = teacher_kl(per_token_logps, teacher_per_token_logps, mask, estimator=estimator, reduction=reduction)
     reward = torch.as_tensor(reward, dtype=kl.dtype, device=kl.device)
-    return (reward - kl_coef * kl.sum(dim=-1)).detach()  # () or (B,)
+    return (reward - kl_coef * kl).detach()  # () or (B,)
 
 
 # ---------------------------------------------------------------------------------------------- from a trajectory

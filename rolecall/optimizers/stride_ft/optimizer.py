@@ -46,6 +46,7 @@ from rolecall.optimizers.core.samples import load_samples, samples_from_trajecto
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.sft import trainable_examples
 from rolecall.optimizers.stride_ft.selection import (
+    LengthBalance,
     Outcome,
     Run,
     answer_bearing_facts,
@@ -53,6 +54,7 @@ from rolecall.optimizers.stride_ft.selection import (
     concise_answer_targets,
     minimal_fact_targets,
     plan_call_pairs,
+    plan_text,
     preference_pairs,
     rewritten_facts,
     score_run,
@@ -111,6 +113,12 @@ class STRIDEFTConfig(RunConfig):
     """AdamW learning rate of the SFT legs."""
     beta: float = option(0.1, low=1e-6)
     """DPO's beta."""
+    balance_pair_length: bool = True
+    """Not the paper's: draw the preference pairs so that the chosen plan is not systematically the shorter one
+    (:class:`~rolecall.optimizers.stride_ft.selection.LengthBalance`: while more pairs so far have the shorter plan
+    chosen, a question's winner is paired with a loser whose plan is not longer, where one qualifies). The pairs'
+    lengths are reported in :attr:`STRIDEFT.selection` (``plan_pair_length``) either way; False is the paper's rule
+    (the worst-ranked clearly worse run), under which DPO learned to prefer shorter plans."""
     dpo_length_normalize: bool = False
     """Not the paper's: DPO on per-token mean log-probs (a lever against pairs whose chosen plan is mostly the
     shorter one; use with a larger ``beta``)."""
@@ -238,10 +246,17 @@ class STRIDEFT(WeightOptimizer[list[TrainingSample], list[TrainingSample], list[
         chosen: dict[str, list[tuple[Step, dict[str, Any] | None]]] = {leg: [] for leg in LEGS}
         pairs: list[tuple[Step, Step]] = []
         if "meta_planner" in cfg.legs:
+            balance = LengthBalance()
             for group in runs:
+                avoid = cfg.balance_pair_length and balance.avoid_shorter_chosen
                 for w, lose in preference_pairs(group, f1_gap=cfg.f1_gap, max_plan_f1=cfg.max_plan_f1,
-                                                per_question=cfg.pairs_per_question):  # fmt: skip
+                                                per_question=cfg.pairs_per_question,
+                                                avoid_shorter_chosen=avoid):  # fmt: skip
                     pairs += plan_call_pairs(group[w].trajectory, group[lose].trajectory)
+                    balance.add(len(plan_text(group[w].trajectory).split()),
+                                len(plan_text(group[lose].trajectory).split()))  # fmt: skip
+            self.selection["plan_pair_length"] = balance.report()
+            logger.info("STRIDEFT plan pairs by length (words): %s", balance.report())
         if "supervisor" in legs:
             chosen["supervisor"] = [(s, None) for s in causal_rewrites(flat)]
         if "extractor" in legs:
@@ -382,6 +397,7 @@ class STRIDEFT(WeightOptimizer[list[TrainingSample], list[TrainingSample], list[
         new = copy.copy(step)
         new.messages, new.completion = format_pair(program, step.role, dict(step.inputs), dict(outputs or step.outputs))
         new.adapter = program.adapter_name(step.role)
+        new.meta = {k: v for k, v in step.meta.items() if k != "sampled"}  # a formatted target, not what was sampled
         return samples_from_trajectory([new], program.lm)[0]
 
     def _mark_trained(self, program: STRIDE, adapters: Any) -> None:

@@ -30,6 +30,7 @@ from rolecall.programs.stride.parse import parse_facts
 from rolecall.programs.stride.state import causal_rewrite_steps
 
 __all__ = [
+    "LengthBalance",
     "Outcome",
     "Run",
     "causal_rewrites",
@@ -117,13 +118,23 @@ def clearly_better(a: Outcome, b: Outcome, f1_gap: float = 0.3) -> bool:
 
 
 def preference_pairs(
-    runs: Sequence[Run], *, f1_gap: float = 0.3, max_plan_f1: float = 0.8, per_question: int = 1
+    runs: Sequence[Run],
+    *,
+    f1_gap: float = 0.3,
+    max_plan_f1: float = 0.8,
+    per_question: int = 1,
+    avoid_shorter_chosen: bool = False,
 ) -> list[tuple[int, int]]:
     """(winner, loser) index pairs among the runs of one question, for the Meta-Planner's DPO.
 
     The best-ranked runs are winners in turn; each is paired with the worst-ranked run it is clearly better than and
     whose plan differs from its own (token F1 of the two plan texts below ``max_plan_f1``). A run is a loser at most
     once. At most ``per_question`` pairs.
+
+    ``avoid_shorter_chosen``: among the losers that qualify for a winner, take the worst-ranked one whose plan is not
+    longer than the winner's (so the chosen plan is not the shorter one), falling back to the worst-ranked loser when
+    every qualifying plan is longer. The caller turns it on while more of its pairs so far have the shorter plan
+    chosen than not (:class:`LengthBalance`), which keeps DPO from learning "shorter is better" from pair selection.
 
     Example:
         >>> preference_pairs([])
@@ -136,14 +147,55 @@ def preference_pairs(
     for w in order:
         if len(pairs) >= per_question:
             break
-        for lose in reversed(order):
-            if lose == w or lose in used or not clearly_better(runs[w].outcome, runs[lose].outcome, f1_gap):
-                continue
-            if f1_score(plans[lose], plans[w]) < max_plan_f1:
-                pairs.append((w, lose))
-                used.update((w, lose))
-                break
+        qualifying = [lose for lose in reversed(order)
+                      if lose != w and lose not in used and clearly_better(runs[w].outcome, runs[lose].outcome, f1_gap)
+                      and f1_score(plans[lose], plans[w]) < max_plan_f1]  # fmt: skip
+        if not qualifying:
+            continue
+        lose = qualifying[0]
+        if avoid_shorter_chosen:
+            lose = next((i for i in qualifying if len(plans[i].split()) <= len(plans[w].split())), lose)
+        pairs.append((w, lose))
+        used.update((w, lose))
     return pairs
+
+
+class LengthBalance:
+    """The length statistics of the DPO pairs drawn so far (plan lengths in words), and whether the next question's
+    pairs should avoid a shorter chosen plan: while more pairs have the shorter plan chosen than the longer one.
+
+    Example:
+        >>> balance = LengthBalance()
+        >>> balance.add(3, 7); balance.avoid_shorter_chosen, balance.report()["chosen_shorter"]
+        (True, 1)
+    """
+
+    def __init__(self) -> None:
+        self.chosen: list[int] = []
+        self.rejected: list[int] = []
+
+    def add(self, chosen_words: int, rejected_words: int) -> None:
+        """Count one pair by its two plans' lengths."""
+        self.chosen.append(chosen_words)
+        self.rejected.append(rejected_words)
+
+    @property
+    def avoid_shorter_chosen(self) -> bool:
+        """True while the shorter plan was chosen in more pairs than the longer one."""
+        shorter = sum(c < r for c, r in zip(self.chosen, self.rejected, strict=True))
+        longer = sum(c > r for c, r in zip(self.chosen, self.rejected, strict=True))
+        return shorter > longer
+
+    def report(self) -> dict[str, float]:
+        """Pairs, how many have the shorter / longer / equally long plan chosen, and the mean lengths."""
+        n = len(self.chosen)
+        return {
+            "pairs": n,
+            "chosen_shorter": sum(c < r for c, r in zip(self.chosen, self.rejected, strict=True)),
+            "chosen_longer": sum(c > r for c, r in zip(self.chosen, self.rejected, strict=True)),
+            "chosen_words": round(sum(self.chosen) / n, 2) if n else 0.0,
+            "rejected_words": round(sum(self.rejected) / n, 2) if n else 0.0,
+        }
 
 
 def plan_call_pairs(winner: Trajectory, loser: Trajectory) -> list[tuple[Step, Step]]:
