@@ -19,13 +19,19 @@ on the embedded SmolLM2-135M:
    off-policy guidance") and ``SFT + GRPO`` (``JointGRPO``: all roles at once, no expert), each within
    ``--rl-minutes``. The warm start is the program the SFT row saved (``<runs>/<dataset>/<program>/sft/program``;
    ``--warm-start DIR`` for another); the row records its per-step cost and per-phase timing, and the reward curves
-   go to ``<runs>/.../<method>/rewards.png``.
+   go to ``<runs>/.../<method>/rewards.png``;
+5. the compute-matched SFT row (``--methods sft_matched``): the SFT warm start trained further with SFT(gold) for the
+   RL rung's minutes, as a number of steps (each adapter's SFT steps times RL minutes / SFT minutes).
 
 Reported per row: EM with a question-bootstrap 95% interval, F1, training minutes, prompt tokens per LM call and LM
-calls per question (demo-free prompts are the point of training), and each role's parse rate. Results go to
-``benchmarks/results/bench_compile.json`` and a markdown table beside it; the compiled program is saved under
-``--runs``. A row already in that file for another (dataset, program, method) is kept, so the table can be filled
-one program at a time (``--fresh`` starts it empty); each row records the settings it ran with.
+calls per question (demo-free prompts are the point of training), and each role's parse rate. Every row trained on top
+of a warm start is judged against it question by question (``rolecall.evaluation.compare``): won / lost / tied, the
+paired bootstrap 95% interval of the EM difference and McNemar's exact p. The RL acceptance runs use
+``--world-test 500 --test-questions 500`` (500 held-out questions of the seed-0 world) and ``--sft-seed 1`` for a
+second SFT row (SFT's own run-to-run spread); ``--engine`` picks LocalLM or vLLM (auto: vLLM where it fits).
+Results go to ``benchmarks/results/bench_compile.json`` and a markdown table beside it; the compiled program is
+saved under ``--runs``. A row already in that file for another (dataset, program, method) is kept, so the table can
+be filled one program at a time (``--fresh`` starts it empty); each row records the settings it ran with.
 
 Examples:
     .venv/bin/python benchmarks/bench_compile.py --test-questions 50 --train-questions 200 --budget-minutes 12
