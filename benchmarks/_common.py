@@ -177,3 +177,33 @@ def sft_optimizer(
         fields["roles"] = tuple(r.strip() for r in args.roles.split(",") if r.strip())
     fields.update(output_dir=str(folder), show_progress=show_progress, resume=resume)
     return build_optimizer(cls, fields)
+
+
+def paired_against(baseline_eval: Path, eval_dir: Path) -> dict[str, Any] | None:
+    """The paired comparison (:func:`rolecall.evaluation.compare.compare_runs`) of the evaluation in ``eval_dir``
+    against the one in ``baseline_eval`` (A, e.g. the warm start): n, A's EM, won / lost / tied, the EM difference with
+    its paired bootstrap 95% interval and McNemar's exact p, printed and returned as JSON values. None when the
+    baseline has no records or the two hold different questions (the reason is printed)."""
+    from rolecall.errors import ConfigError
+    from rolecall.evaluation.compare import compare_runs, format_comparison
+
+    if not (baseline_eval / "records.jsonl").is_file():
+        return None
+    try:
+        c = compare_runs(baseline_eval, eval_dir)
+    except ConfigError as err:
+        print(f"no paired comparison against {repo_relative(baseline_eval)}: {err}", flush=True)
+        return None
+    print(format_comparison(c), flush=True)
+    return {"records": repo_relative(baseline_eval), "warm_start_em": round(c.em_a, 4), "n": c.n, "won": c.won,
+            "lost": c.lost, "tied": c.tied, "em_diff": round(c.em_diff, 4),
+            "em_diff_ci": [round(c.ci_low, 4), round(c.ci_high, 4)], "p_value": round(c.p_value, 4)}  # fmt: skip
+
+
+def paired_cell(versus: dict[str, Any] | None) -> str:
+    """A table cell for :func:`paired_against`'s result: ``+d [lo, hi], W/L, p`` in EM points (empty for None)."""
+    if not versus or "em_diff_ci" not in versus:
+        return ""
+    low, high = versus["em_diff_ci"]
+    return (f"{100 * versus['em_diff']:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}], {versus['won']}/{versus['lost']}, "
+            f"p={versus['p_value']:.3g}")  # fmt: skip

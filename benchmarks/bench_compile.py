@@ -55,8 +55,9 @@ from _common import (
     bench_parser,
     fields_label,
     finished_training,
+    paired_against,
+    paired_cell,
     parse_fields,
-    repo_relative,
     sft_optimizer,
     trained_once,
     with_fields,
@@ -122,18 +123,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a markdown table."""
     lines = [
         "| dataset | program | method | n | EM | EM 95% CI | F1 | train min | prompt tokens / call "
-        "| LM calls / question | vs warm start: its EM, won / lost | ΔEM [paired 95% CI], McNemar p |",
+        "| LM calls / question | vs warm start: its EM, won / lost | ΔEM [paired 95% CI], won/lost, McNemar p |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         low, high = r["em_ci"]
         versus = r.get("vs_warm_start")
         against = f"{versus['warm_start_em']:.3f}, {versus['won']} / {versus['lost']}" if versus else ""
-        paired = ""
-        if versus and "em_diff_ci" in versus:  # rows written before the paired comparison have won / lost only
-            low_d, high_d = versus["em_diff_ci"]
-            diff, p_value = 100 * versus["em_diff"], versus["p_value"]
-            paired = f"{diff:+.1f} [{100 * low_d:+.1f}, {100 * high_d:+.1f}], p={p_value:.3g}"
+        paired = paired_cell(versus)  # rows written before the paired comparison have won / lost only
         lines.append(
             f"| {r.get('dataset', 'synthetic')} | {r['program']} | {r['method']} | {r['n']} | {r['em']:.3f} "
             f"| {low:.2f}–{high:.2f} | {r['f1']:.3f} | "
@@ -502,36 +499,15 @@ def _sft_matched_row(args: Any, name: str, retriever: Any, train: list[Any], tes
 
 
 def _against_warm_start(warm: Path, eval_dir: Path) -> dict[str, Any] | None:
-    """The paired comparison (:func:`rolecall.evaluation.compare.compare_runs`) of this rung's evaluation against its
-    warm start's, on the same questions.
+    """The paired comparison (:func:`_common.paired_against`) of this rung's evaluation against its warm start's.
 
     The warm start's records are, for a rung warm-started from another rung, that rung's ``eval`` beside its
     ``program``; else the SFT row's (``<program>/sft_eval`` beside ``<program>/sft/program``). None when neither
-    exists or the two evaluations hold different questions (the message is printed).
+    exists or the two evaluations hold different questions.
     """
-    from rolecall.errors import ConfigError
-    from rolecall.evaluation.compare import compare_runs, format_comparison
-
     for candidate in (warm.parent / "eval", warm.parent.parent / f"{warm.parent.name}_eval"):
-        if not (candidate / "records.jsonl").is_file():
-            continue
-        try:
-            c = compare_runs(candidate, eval_dir)
-        except ConfigError as err:
-            print(f"no paired comparison against {repo_relative(candidate)}: {err}", flush=True)
-            return None
-        print(format_comparison(c), flush=True)
-        return {
-            "records": repo_relative(candidate),
-            "warm_start_em": round(c.em_a, 4),
-            "n": c.n,
-            "won": c.won,
-            "lost": c.lost,
-            "tied": c.tied,
-            "em_diff": round(c.em_diff, 4),
-            "em_diff_ci": [round(c.ci_low, 4), round(c.ci_high, 4)],
-            "p_value": round(c.p_value, 4),
-        }
+        if (candidate / "records.jsonl").is_file():
+            return paired_against(candidate, eval_dir)
     return None
 
 

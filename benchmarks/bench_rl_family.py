@@ -15,9 +15,12 @@ evaluated in this process on 2 CPU cores:
   ``outcome-only``. The Teacher is the cascaded Searcher -> Answerer workflow, SFT(gold) on its shared adapter and then
   Stage I GRPO (``--teacher-minutes``); it is trained once and reused by both Stage II rows.
 
-Every row reports EM with a question-bootstrap 95% interval, F1, training minutes, LM calls per question, prompt tokens
-per call, searches per question (retrieval steps) and, for D2Plan, the sub-questions of the Reasoner's initial plan per
-question. RL rows also keep their per-step curve (reward, searches or sub-questions) from the optimizer's history.
+Every RL row is judged against its warm start question by question (won / lost, the paired bootstrap 95% interval of
+the EM difference, McNemar's p), and each ablation row (w/o R_p, outcome-only) against its full method the same way
+(the papers' direction: the full method better). Every row reports EM with a question-bootstrap 95% interval, F1,
+training minutes, LM calls per question, prompt tokens per call, searches per question (retrieval steps) and, for
+D2Plan, the sub-questions of the Reasoner's initial plan per question. RL rows also keep their per-step curve
+(reward, searches or sub-questions) from the optimizer's history.
 
 A row is written to the results JSON (and a markdown table beside it) as soon as it is done; a rerun skips rows already
 there (``--fresh`` starts over), reuses a trained program saved under ``--runs`` and resumes a killed evaluation.
@@ -34,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import bench_parser, sft_optimizer, trained_once, write_results
+from _common import bench_parser, paired_against, paired_cell, sft_optimizer, trained_once, write_results
 
 RUNS = Path(__file__).resolve().parent.parent / "runs" / "bench_rl_family"
 CLAIMS = ("search_r1", "d2plan", "opd")
@@ -101,8 +104,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a markdown table."""
     lines = [
         "| claim | method | n | EM | EM 95% CI | F1 | train min | searches / q | sub-questions / q | LM calls / q "
-        "| prompt tokens / call |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| prompt tokens / call | vs warm start: ΔEM [paired 95% CI], won/lost, p | full method vs this ablation |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         lo, hi = r["em_ci"]
@@ -110,7 +113,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['claim']} | {_label(r)} | {r['n']} | {r['em']:.3f} | {lo:.2f}–{hi:.2f} | {r['f1']:.3f} "
             f"| {r['train_minutes']:.1f} | {r['searches_per_question']:.2f} | {'' if sub is None else f'{sub:.2f}'} "
-            f"| {r['lm_calls_per_question']:.1f} | {r['prompt_tokens_per_call']:.0f} |"
+            f"| {r['lm_calls_per_question']:.1f} | {r['prompt_tokens_per_call']:.0f} "
+            f"| {paired_cell(r.get('vs_warm_start'))} | {paired_cell(r.get('full_vs_ablation'))} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -123,7 +127,7 @@ class Bench:
         from rolecall.retrievers.bm25 import BM25
 
         self.args = args
-        world = synthetic_world(seed=args.seed)
+        world = synthetic_world(seed=args.seed, n_test=args.world_test)
         self.train = list(world.train[: args.train_questions])
         self.test = list(world.test[: args.test_questions])
         self.retriever = BM25(world.corpus)
@@ -230,6 +234,8 @@ def run_search_r1(bench: Bench) -> None:
         row["rl_minutes"] = round(minutes, 2)
         row["steps"] = len(history)
         row["optimizer_steps"] = sum(1 for r in history if r.get("groups/skipped", 0) < r.get("groups/total", 0))
+        if method.startswith("SFT"):
+            row["vs_warm_start"] = paired_against(sft_folder / "eval", folder / "eval")
         row["curve"] = _curve(
             history, ("reward/mean", "reward/std", "reward/answer", "reward/format", "search_r1/invalid_turns",
                       "search_r1/searches", "time/step")
@@ -271,6 +277,9 @@ def run_d2plan(bench: Bench) -> None:
         program, minutes, history = bench.trained(folder, cls, train)
         result, eval_minutes = bench.evaluate(program, folder)
         row = _row("d2plan", method, result, sft_minutes + minutes, eval_minutes)
+        row["vs_warm_start"] = paired_against(sft_folder / "eval", folder / "eval")
+        if not use_plan_reward:  # the paper's direction: SPlanRL beats its w/o R_p ablation
+            row["full_vs_ablation"] = paired_against(folder / "eval", runs / "splanrl" / "eval")
         row["rl_minutes"] = round(minutes, 2)
         row["steps"] = len(history)
         row["curve"] = _curve(
@@ -326,6 +335,9 @@ def run_opd(bench: Bench) -> None:
         program, minutes, history = bench.trained(folder, team_cls, train)
         result, eval_minutes = bench.evaluate(program, folder)
         row = _row("opd", method, result, sft_minutes + teacher_minutes + minutes, eval_minutes)
+        row["vs_warm_start"] = paired_against(sft_folder / "eval", folder / "eval")
+        if outcome_only:  # the paper's direction: OPD beats the outcome-only ablation
+            row["full_vs_ablation"] = paired_against(folder / "eval", runs / "opd" / "eval")
         row["rl_minutes"] = round(minutes, 2)
         row["teacher_minutes"] = round(teacher_minutes, 2)
         row["teacher_curve"] = _curve(teacher_history, ("reward/outcome", "team/searches"))
@@ -401,6 +413,9 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=5, help="rollouts per question G (papers: 5)")
     parser.add_argument("--threads", type=int, default=16, help="questions run concurrently (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world and the optimizers")
+    parser.add_argument("--world-test", type=int, default=300,
+                        help="size of the synthetic world's test split (default 300; 500 for the paired acceptance "
+                        "runs, which also changes the train split, so one results file keeps one value)")  # fmt: skip
     parser.add_argument("--runs", type=Path, default=RUNS, help="where programs and evaluation records are written")
     parser.add_argument(
         "--tag",
