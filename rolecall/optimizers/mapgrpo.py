@@ -283,6 +283,7 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
         components: dict[str, list[float]] = {}
         skipped = flat_below = 0
         trained_abs: list[float] = []  # |A_i| of the on-policy samples that train
+        informative = 0  # groups that train something: on-policy samples with a non-zero advantage, or c_best
         name = ctx.stage.adapter
         for item_msgs, comps, (cand, expert, expert_out) in zip(messages, groups, scored, strict=True):
             rewards = [r for r, _ in cand]
@@ -300,10 +301,12 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
             flat = all_equal(rewards)
             if flat and rewards and expert is not None and rewards[0] < expert[0] - 1e-9:
                 flat_below += 1  # the samples agree and all score below c_best
+            teaches = False  # does the group train anything (a non-zero advantage on a policy sample, or c_best)?
             if all_equal(group) if cfg.skip_groups == "with_expert" else flat:
                 skipped += 1  # equal rewards (skip_groups decides whether c_best's counts): no forward pass for them
             else:
                 trained_abs += [abs(a) for a in advantages[: len(comps)].tolist()]
+                teaches = any(a != 0 for a in advantages[: len(comps)].tolist())
                 for c, adv in zip(comps, advantages[: len(comps)].tolist(), strict=True):  # c_best: no gradient
                     # the sampler's log-probs correct the sampler/trainer mismatch (TIS); pi_old is the trainer's own
                     samples.append(TrainingSample(role=role, adapter=name, prompt_ids=prompt_ids,
@@ -313,6 +316,8 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
                 ids = _expert_ids(view, adapter, predictor.signature, expert_out)
                 samples.append(TrainingSample(role=role, adapter=name, prompt_ids=prompt_ids, completion_ids=ids,
                                               advantage=float(advantages[-1])))  # fmt: skip
+                teaches = True  # a skipped group still teaches c_best (off-policy guidance)
+            informative += teaches
         parsed = sum(o is not None for outs in outputs for o in outs)
         metrics = {
             "reward/mean": _mean(rewards_all),
@@ -321,7 +326,7 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
             "reward/expert": _mean(expert_all),
             "parse/rate": parsed / max(1, len(rewards_all)),
             "groups/skipped": float(skipped),
-            "groups/informative": float(len(batch) - skipped),
+            "groups/informative": float(informative),
             "groups/total": float(len(batch)),
             "advantage/abs_mean": _mean(trained_abs),
             "groups/flat_below_expert": float(flat_below),

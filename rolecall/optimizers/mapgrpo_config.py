@@ -102,13 +102,16 @@ class MAPGRPOConfig(RunConfig):
     well. Eq. 2's baseline holds c_best, so samples that all score below it each get A = r - mean < 0: the second mode
     keeps that push-down of a (near-deterministic) wrong output, which the first drops to save the forward pass. Such
     groups are counted either way (``groups/flat_below_expert``)."""
-    stage_patience: int = option(3, low=0)
+    stage_patience: int = option(5, low=0)
     """A stage ends before its planned steps when its last ``stage_patience`` steps together had fewer than
     ``min_informative`` of their groups informative (a non-zero advantage): it has run out of signal, and its unspent
     share of the time budget goes to the later stages (0: every stage runs its steps). Logged in ``summary.json``'s
     ``stopped``."""
-    min_informative: float = option(0.25, low=0.0, high=1.0)
-    """The informative share of groups below which ``stage_patience`` ends a stage."""
+    min_informative: float = option(0.1, low=0.0, high=1.0)
+    """The informative share of groups below which ``stage_patience`` ends a stage. A group is informative when it
+    trains something: an on-policy sample with a non-zero advantage, or c_best under ``expert_gradient`` (a group
+    whose samples all miss still teaches the expert). With the defaults a stage ends after 5 steps in which at most 1
+    of 20 groups taught anything."""
     num_iterations: int = option(1, low=1)
     """Optimizer passes over one step's samples (PPO epochs; TRL's ``num_iterations``). With 1, pi_old in the ratio is
     the detached current policy (exactly on-policy, ratio 1); above 1, pi_old is the trainer's own forward before the

@@ -161,7 +161,7 @@ def test_a_stage_out_of_informative_groups_ends_and_the_next_stage_runs(
 
     monkeypatch.setattr(OperaRoleTasks, "score", score)
     base = dict(steps={"plan": 4, "analysis": 1}, group_size=3, inputs_per_step=2, collect_questions=3,
-                max_completion_length=8, show_progress=False, execute_plans=False)  # fmt: skip
+                max_completion_length=8, show_progress=False, execute_plans=False, min_informative=0.25)  # fmt: skip
     optimizer = MAPGRPO(MAPGRPOConfig(**base, stage_patience=2, output_dir=tmp_path / "ends"))
     program.compile(optimizer=optimizer, trainset=world.train)
     assert optimizer.steps == {"plan": 2, "analysis": 1}
@@ -174,3 +174,26 @@ def test_a_stage_out_of_informative_groups_ends_and_the_next_stage_runs(
     mixed = flat + [{"groups/informative": 3.0, "groups/total": 4.0}]  # 3 of 16 < 0.25, 3 of 12 is not
     assert MAPGRPO(MAPGRPOConfig(**base, stage_patience=4)).stage_exhausted("plan", mixed) is not None
     assert MAPGRPO(MAPGRPOConfig(**base, stage_patience=3)).stage_exhausted("plan", mixed) is None
+
+
+@pytest.mark.parametrize("expert_gradient", [False, True])
+def test_a_group_whose_samples_all_miss_informs_only_through_c_best(
+    world, tiny_model, smollm_tokenizer, tmp_path, monkeypatch, expert_gradient
+):
+    """Every policy sample scores 0 and c_best 1: without off-policy guidance nothing trains (0 informative groups);
+    with it each group trains c_best, so both groups count as informative and the stage is not out of signal."""
+    lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=8)
+    program = OPERA(BM25(world.corpus), lm=lm, max_steps=1, max_rewrites=0)
+
+    def score(self, role, item, outs):  # c_best is scored alone
+        return [(float(len(outs) == 1), {})] * len(outs)
+
+    monkeypatch.setattr(OperaRoleTasks, "score", score)
+    config = MAPGRPOConfig(stages=("plan",), steps={"plan": 1}, group_size=3, inputs_per_step=2, collect_questions=2,
+                           max_completion_length=8, expert_gradient=expert_gradient, expert_in_baseline=False,
+                           show_progress=False, execute_plans=False, output_dir=tmp_path / "run")  # fmt: skip
+    optimizer = MAPGRPO(config)
+    program.compile(optimizer=optimizer, trainset=world.train)
+    record = optimizer.history[0]
+    assert record["groups/skipped"] == 2.0 and record["groups/flat_below_expert"] == 2.0
+    assert record["groups/informative"] == (2.0 if expert_gradient else 0.0)
