@@ -453,10 +453,12 @@ def _sft_matched_row(args: Any, name: str, retriever: Any, train: list[Any], tes
     """The compute-matched SFT row: the SFT warm start trained further with SFT(gold) for as long as the RL rung took.
 
     The extra work is a number of steps, not a clock: each adapter gets its SFT row's steps times
-    ``rl_minutes / sft_minutes`` (both as that table recorded them), so SFT + extra SFT costs what SFT + RL cost and
-    the result does not depend on how busy the machine is. Judged against the same warm start by the paired
-    comparison, like the RL rungs.
+    ``rl_seconds / sft_seconds``, where ``sft_seconds`` prices the SFT row's steps at the idle machine's step costs
+    (:data:`rolecall.demo_steps.SFT_STEP_SECONDS`, else the row's own measured ones), so SFT + extra SFT costs what
+    SFT + RL cost on an idle machine and the result does not depend on how busy the machine was. Judged against the
+    same warm start by the paired comparison, like the RL rungs.
     """
+    from rolecall.demo_steps import SFT_STEP_SECONDS
     from rolecall.evaluation import evaluate
     from rolecall.lm.engines import make_lm
     from rolecall.programs.registry import get_program_class
@@ -468,7 +470,9 @@ def _sft_matched_row(args: Any, name: str, retriever: Any, train: list[Any], tes
     rl_minutes = args.matched_minutes if args.matched_minutes is not None else (rl_row or {}).get("train_minutes")
     if rl_minutes is None:
         raise SystemExit("sft_matched: no 'SFT + MAPGRPO' row in --out; run it first or pass --matched-minutes")
-    ratio = float(rl_minutes) / max(1e-9, float(sft_row["train_minutes"]))
+    measured = sft_row.get("sft_step_seconds") or {}
+    sft_seconds = sum(n * SFT_STEP_SECONDS.get(a, measured.get(a, 2.0)) for a, n in sft_row["sft_steps"].items())
+    ratio = 60 * float(rl_minutes) / max(1e-9, sft_seconds)
     extra = {a: max(1, round(n * ratio)) for a, n in sft_row["sft_steps"].items()}
     warm = Path(args.warm_start) if args.warm_start else args.runs / name / "sft" / "program"
     folder = args.runs / name / "sft_matched"
