@@ -208,6 +208,7 @@ def demo_optimizer(name: str, config: DemoConfig, out: Path, *, warm: bool) -> W
             group_size=config.group_size,
             steps=config.planned_rl_steps,
             collect_questions=DEMO_COLLECT_QUESTIONS,
+            stage_patience=0,  # the demo's work is its fixed steps: no stage ends early (docs/demo.md's timings)
             expert_gradient=not warm,
             output_dir=out / "mapgrpo",
             seed=config.seed,
