@@ -80,6 +80,12 @@ class MAPGRPOConfig(RunConfig):
     expert: ExpertSource = "gold"
     """Where c_best comes from: ``"gold"`` (the dataset's gold decomposition / sub-answers / supporting documents),
     ``"best_of_n"`` (the best of ``expert_samples`` extra policy samples by reward) or ``"none"`` (plain GRPO)."""
+    synthesis_expert: Literal["grounded", "always"] = "grounded"
+    """Which synthesis inputs get the gold final answer as c_best: ``"grounded"`` only those whose evidence holds
+    every gold sub-answer (the chain was answered right, so the gold answer follows from what the role is shown);
+    ``"always"`` every input, which also trains the role to write the gold answer over evidence that contradicts it.
+    With off-policy guidance at lr 1e-3 "always" taught the role to ignore its evidence: on 85 held-out questions its
+    misses with every sub-answer right went from 12 to 20 (docs/opera-mapgrpo.md)."""
     expert_gradient: bool = False
     """Off-policy guidance: whether c_best also receives gradient, an SFT-like term on the expert (as in LUFFY,
     arXiv 2504.14945). This is *not* the paper's Eq. 11, where c_best only enters the group baseline and gets no

@@ -42,8 +42,17 @@ from rolecall.optimizers.rewards.opera import (
 from rolecall.programs.core.memo import OnceMemo
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.plan import fill_placeholders, find_placeholders, hash_refs_to_placeholders
+from rolecall.utils.text import normalize_answer
 
-__all__ = ["GoldRecord", "RoleInput", "OperaRoleTasks", "as_gold_record", "gold_plan", "plan_of"]
+__all__ = [
+    "GoldRecord",
+    "RoleInput",
+    "OperaRoleTasks",
+    "as_gold_record",
+    "evidence_holds_chain",
+    "gold_plan",
+    "plan_of",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -329,8 +338,29 @@ class OperaRoleTasks:
             step = item.gold.get("step")
             return {"query": step["filled_question"]} if step else None
         if role == "synthesis":
-            return {"answer": record.answers[0]} if record.answers else None
+            if not record.answers:
+                return None
+            if self.config.synthesis_expert == "grounded" and not evidence_holds_chain(
+                str(item.inputs.get("evidence", "")), record
+            ):
+                return None  # the gold answer does not follow from this evidence: no c_best, the samples decide
+            return {"answer": record.answers[0]}
         return None
+
+
+def evidence_holds_chain(evidence: str, record: GoldRecord) -> bool:
+    """Whether a synthesis input's evidence holds every gold sub-answer of the question (normalized, as a substring),
+    yes/no answers aside; without a decomposition, whether it holds the gold answer (a yes/no answer always counts).
+
+    Example:
+        >>> r = GoldRecord("Who directed X?", ["Ann Lee"], decomposition=[{"question": "?", "answer": "Ann Lee"}])
+        >>> evidence_holds_chain("Who directed X? -> Ann Lee", r), evidence_holds_chain("Who directed X? -> Bob", r)
+        (True, False)
+    """
+    text = normalize_answer(evidence)
+    needed = [str(s.get("answer", "")) for s in record.decomposition or []] or record.answers[:1]
+    needed = [normalize_answer(a) for a in needed]
+    return all(a in text for a in needed if a and a not in ("yes", "no"))
 
 
 def plan_of(outputs: dict[str, Any] | None) -> list[str] | None:

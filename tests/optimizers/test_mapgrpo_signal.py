@@ -133,14 +133,40 @@ def test_the_synthesis_stage_is_trained_where_the_program_answers_through_it():
     item = RoleInput({"question": record.question, "evidence": "..."}, record)
     scores = tasks.score("synthesis", item, [{"answer": "Yaebroria"}, {"answer": "the Yaebroria band"}, None])
     assert [round(r, 3) for r, _ in scores] == [1.0, 0.333, 0.0]
-    assert tasks.gold_expert("synthesis", item) == {"answer": "Yaebroria"}
+    assert tasks.gold_expert("synthesis", item) is None  # its evidence does not name the answer: no c_best
+    always = OperaRoleTasks(_CountingProgram(), MAPGRPOConfig(synthesis_expert="always"))
+    assert always.gold_expert("synthesis", item) == {"answer": "Yaebroria"}
+
+
+def test_the_synthesis_expert_stands_only_where_the_evidence_holds_the_gold_chain():
+    """c_best = the gold final answer over evidence whose chain went wrong teaches the role to ignore its evidence
+    (measured: lr 1e-3 off-policy guidance made 12 of 85 synthesis misses 20); grounded, it stands only where every
+    gold sub-answer is in the evidence."""
+    record = GoldRecord(
+        question="Which band was formed earlier, Yaebroria or Traveilt Archives?",
+        answers=["Yaebroria"],
+        decomposition=[{"question": "In which year was the band Yaebroria formed?", "answer": "1961"},
+                       {"question": "In which year was the band Traveilt Archives formed?", "answer": "2010"},
+                       {"question": "Which is earlier, #1 or #2?", "answer": "Yaebroria"}],
+    )  # fmt: skip
+    right = "In which year was the band Yaebroria formed? -> 1961\nIn which year was Traveilt Archives formed? -> 2010."
+    wrong = "In which year was the band Yaebroria formed? -> 1961\nIn which year was Traveilt Archives formed? -> 1950"
+    tasks = OperaRoleTasks(_CountingProgram(), MAPGRPOConfig())
+    assert MAPGRPOConfig().synthesis_expert == "grounded"
+    expert = tasks.gold_expert("synthesis", RoleInput({"question": record.question, "evidence": right}, record))
+    assert expert == {"answer": "Yaebroria"}
+    assert tasks.gold_expert("synthesis", RoleInput({"question": record.question, "evidence": wrong}, record)) is None
+    chain = [{"question": "Year of A?", "answer": "1961"}, {"question": "Same?", "answer": "no"}]
+    yes_no = GoldRecord(question="Were both formed in 1961?", answers=["no"], decomposition=chain)
+    assert tasks.gold_expert("synthesis", RoleInput({"evidence": "Year of A? -> 1961"}, yes_no)) == {"answer": "no"}
 
 
 def test_mapgrpo_trains_opera_synthesis_with_the_gold_answer_as_c_best(world, tiny_model, smollm_tokenizer, tmp_path):
     lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=8)
     program = OPERA(BM25(world.corpus), lm=lm, max_steps=1, max_rewrites=0)
     config = MAPGRPOConfig(steps={"synthesis": 1}, group_size=3, inputs_per_step=2, collect_questions=3,
-                           max_completion_length=8, show_progress=False, output_dir=tmp_path / "run")  # fmt: skip
+                           max_completion_length=8, show_progress=False, output_dir=tmp_path / "run",
+                           synthesis_expert="always")  # a random model's chains are never right  # fmt: skip
     optimizer = MAPGRPO(config)
     program.compile(optimizer=optimizer, trainset=world.train)
     (record,) = optimizer.history
