@@ -50,6 +50,7 @@ def main() -> None:
     roles = [r.strip() for r in args.roles.split(",") if r.strip()]
 
     from rolecall.data.synthetic import synthetic_world
+    from rolecall.errors import ConfigError
     from rolecall.evaluation import evaluate
     from rolecall.evaluation.compare import compare_runs, format_comparison
     from rolecall.lm.engines import make_lm
@@ -64,7 +65,10 @@ def main() -> None:
     evaluate(program, world.test[: args.test_questions], num_threads=args.threads, output_dir=args.out / "eval",
              resume=True)  # fmt: skip
     if args.against is not None:
-        print(format_comparison(compare_runs(args.against, args.out / "eval")), flush=True)
+        try:
+            print(format_comparison(compare_runs(args.against, args.out / "eval")), flush=True)
+        except ConfigError as err:  # e.g. --test-questions differs from the warm start's evaluation
+            raise SystemExit(f"opera_stage_mix: {err}") from None
 
 
 if __name__ == "__main__":
