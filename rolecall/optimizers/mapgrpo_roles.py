@@ -42,7 +42,7 @@ from rolecall.optimizers.rewards.opera import (
 from rolecall.programs.core.memo import OnceMemo
 from rolecall.programs.core.parallel import parallel_map
 from rolecall.programs.core.plan import fill_placeholders, find_placeholders, hash_refs_to_placeholders
-from rolecall.utils.text import normalize_answer
+from rolecall.utils.text import holds_answer, normalize_answer
 
 __all__ = [
     "GoldRecord",
@@ -349,18 +349,17 @@ class OperaRoleTasks:
 
 
 def evidence_holds_chain(evidence: str, record: GoldRecord) -> bool:
-    """Whether a synthesis input's evidence holds every gold sub-answer of the question (normalized, as a substring),
-    yes/no answers aside; without a decomposition, whether it holds the gold answer (a yes/no answer always counts).
+    """Whether a synthesis input's evidence holds every gold sub-answer of the question (:func:`holds_answer`: whole
+    words, SQuAD-normalized), yes/no answers aside; without a decomposition, whether it holds the gold answer (a
+    yes/no answer always counts).
 
     Example:
         >>> r = GoldRecord("Who directed X?", ["Ann Lee"], decomposition=[{"question": "?", "answer": "Ann Lee"}])
         >>> evidence_holds_chain("Who directed X? -> Ann Lee", r), evidence_holds_chain("Who directed X? -> Bob", r)
         (True, False)
     """
-    text = normalize_answer(evidence)
     needed = [str(s.get("answer", "")) for s in record.decomposition or []] or record.answers[:1]
-    needed = [normalize_answer(a) for a in needed]
-    return all(a in text for a in needed if a and a not in ("yes", "no"))
+    return all(holds_answer(evidence, a) for a in needed if normalize_answer(a) not in ("", "yes", "no"))
 
 
 def plan_of(outputs: dict[str, Any] | None) -> list[str] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import string
 
-__all__ = ["normalize_answer"]
+__all__ = ["holds_answer", "normalize_answer"]
 
 # ASCII punctuation only, as in the official script, so our numbers match published ones character for character.
 _PUNCTUATION = frozenset(string.punctuation)
@@ -46,3 +46,14 @@ def normalize_answer(s: str) -> str:
     text = "".join(ch for ch in text if ch not in _PUNCTUATION)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
+
+
+def holds_answer(text: str, answer: str) -> bool:
+    """Whether ``text`` contains ``answer`` as whole words, both SQuAD-normalized (:func:`normalize_answer`).
+
+    Example:
+        >>> holds_answer("Its cast includes Ann Lee and Bob.", "ann lee"), holds_answer("Annabel", "Ann")
+        (True, False)
+    """
+    target = normalize_answer(answer)
+    return bool(target) and f" {target} " in f" {normalize_answer(text)} "

@@ -51,7 +51,7 @@ from rolecall.programs.core.text import format_passages
 from rolecall.programs.core.trajectory import Trajectory
 from rolecall.programs.team.demos import demo_report
 from rolecall.programs.team.searcher import NO_NOTES, UNFINISHED
-from rolecall.utils.text import normalize_answer
+from rolecall.utils.text import holds_answer
 
 __all__ = ["team_gold", "lookup_steps"]
 
@@ -118,7 +118,7 @@ class _TeamGold:
                 if i in done or not rest.startswith(prefix):
                     continue
                 report = rest[len(prefix) :]
-                if not report.startswith(_key(UNFINISHED)) and _holds(report, step.answer):
+                if not report.startswith(_key(UNFINISHED)) and holds_answer(report, step.answer):
                     done[i] = number
         return done
 
@@ -214,12 +214,6 @@ def _opening(doc: Document, words: int = 5) -> str:
 
 def _key(text: str) -> str:
     return " ".join(str(text).split()).casefold()
-
-
-def _holds(report: str, answer: str) -> bool:
-    """Whether ``report`` contains ``answer`` as whole words (SQuAD-normalized)."""
-    target = normalize_answer(answer)
-    return bool(target) and f" {target} " in f" {normalize_answer(report)} "
 
 
 def team_gold(example: Example, corpus: Mapping[str, Document] | Sequence[Document] | None = None) -> Override:
