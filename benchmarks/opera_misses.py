@@ -2,7 +2,10 @@
 first bucket that explains it, by its recorded trajectory against the question's gold decomposition:
 
 1. plan: the plan has a different number of sub-goals than the gold decomposition;
-2. sub-answer k of n: the first sub-goal whose analysis answer is not the gold sub-answer (exact match);
+2. sub-answer k of n: the first sub-goal whose analysis answer is not the gold sub-answer (exact match), split two
+   ways: did that sub-goal ask the gold sub-question (the same content words once the earlier gold answers fill its
+   placeholders; a sub-goal asking another relation, "mother" for "father", is the plan's error), and did that
+   analysis call's passages hold the gold sub-answer (if not, retrieval missed it);
 3. synthesis: every sub-answer right, the final answer wrong.
 
 Also per question subtype: questions, EM and plan misses.
@@ -16,6 +19,19 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
+# words a paraphrase of a sub-question may add or drop without asking something else
+_FILLER = frozenset("a an the of in is was which what who company city film book band person country".split())
+
+
+def _asks(sub_goal: str, gold_question: str) -> bool:
+    """Whether a sub-goal asks the (filled) gold sub-question: the same words outside :data:`_FILLER`."""
+    import re
+
+    def words(text: str) -> set[str]:
+        return set(re.findall(r"[a-z0-9]+", text.lower())) - _FILLER
+
+    return words(sub_goal) == words(gold_question)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -27,6 +43,8 @@ def main() -> None:
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import read_records
     from rolecall.evaluation.metrics import exact_match
+    from rolecall.programs.core.plan import fill_placeholders
+    from rolecall.utils.text import holds_answer
 
     world = synthetic_world(seed=args.seed, n_test=args.world_test)
     gold = {e.id: e for e in [*world.train, *world.dev, *world.test]}
@@ -41,8 +59,8 @@ def main() -> None:
         steps = (record.trajectory or {}).get("steps", [])
         plans = [s for s in steps if s["kind"] == "role" and s["role"] == "plan"]
         goals = ((plans[-1].get("outputs") or {}).get("sub_goals") or []) if plans else []
-        answers = [str((s.get("outputs") or {}).get("answer", "")) for s in steps
-                   if s["kind"] == "role" and s["role"] == "analysis"]  # fmt: skip
+        analyses = [s for s in steps if s["kind"] == "role" and s["role"] == "analysis"]
+        answers = [str((s.get("outputs") or {}).get("answer", "")) for s in analyses]
         subtype = str(example.metadata.get("subtype", example.type))
         counts = by_type.setdefault(subtype, Counter())
         counts["questions"] += 1
@@ -58,7 +76,16 @@ def main() -> None:
         wrong = [i for i, sub in enumerate(example.decomposition)
                  if i >= len(answers) or not exact_match(answers[i], [sub.answer])]  # fmt: skip
         if wrong:
-            buckets[f"miss: sub-answer {wrong[0] + 1} of {len(example.decomposition)}"] += 1
+            k = wrong[0]
+            buckets[f"miss: sub-answer {k + 1} of {len(example.decomposition)}"] += 1
+            passages = str((analyses[k].get("inputs") or {}).get("passages", "")) if k < len(analyses) else ""
+            held = holds_answer(passages, example.decomposition[k].answer)
+            buckets["miss: sub-answer, " + ("passages held it" if held else "passages lacked it")] += 1
+            known = {i: sub.answer for i, sub in enumerate(example.decomposition, 1)}
+            asked = fill_placeholders(example.decomposition[k].question, known, before=k + 1)[0]
+            goal = str((analyses[k].get("inputs") or {}).get("sub_goal", "")) if k < len(analyses) else ""
+            which = "asked the gold sub-question" if _asks(goal, asked) else "asked another question"
+            buckets[f"miss: sub-answer, {which}"] += 1
         else:
             buckets["miss: synthesis (every sub-answer right)"] += 1
     for key, value in sorted(buckets.items()):

@@ -233,6 +233,7 @@ class OperaRoleTasks:
                     executed_answer=a,
                     gold_decomposition=item.record.decomposition,
                     weights=cfg.plan_weights,
+                    logic=cfg.plan_logic,
                 )
                 for p, a in zip(plans, answers, strict=True)
             ]

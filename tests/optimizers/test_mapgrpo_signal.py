@@ -223,3 +223,27 @@ def test_a_group_whose_samples_all_miss_informs_only_through_c_best(
     record = optimizer.history[0]
     assert record["groups/skipped"] == 2.0 and record["groups/flat_below_expert"] == 2.0
     assert record["groups/informative"] == (2.0 if expert_gradient else 0.0)
+
+
+def test_the_gold_plan_judge_sees_the_relation_a_plan_asks():
+    """The rule judge scores a plan asking the wrong relation as highly as the gold plan; plan_logic="gold" scores
+    the share of sub-goals asking the gold sub-question, so the plan stage's groups can tell them apart."""
+    record = GoldRecord(
+        question="Who is the maternal grandfather of Pekim Sansk?",
+        answers=["Dravan Nojovorn"],
+        decomposition=[{"question": "Who is the mother of Pekim Sansk?", "answer": "Jiagria Nojovorn"},
+                       {"question": "Who is the father of #1?", "answer": "Dravan Nojovorn"}],
+    )  # fmt: skip
+    item = RoleInput({"question": record.question}, record)
+    right = {"sub_goals": ["Who is Pekim Sansk's mother?", "Who is the father of [person from step 1]?"]}
+    wrong = {"sub_goals": ["Who is Pekim Sansk's mother?", "Who is the mother of [person from step 1]?"]}
+    paraphrase = {"sub_goals": ["Who is the mother of Pekim Sansk?", "Who is the father of [person from step 1]?"]}
+    rules = OperaRoleTasks(_CountingProgram(), MAPGRPOConfig(execute_plans=False))
+    (r_right, _), (r_wrong, _) = rules.score("plan", item, [right, wrong])
+    assert r_right == r_wrong  # the paper-faithful rule judge cannot tell a mother from a father
+    gold = OperaRoleTasks(_CountingProgram(), MAPGRPOConfig(execute_plans=False, plan_logic="gold"))
+    scored = gold.score("plan", item, [right, wrong, paraphrase])
+    assert [parts["logic"] for _, parts in scored] == [0.5, 0.0, 1.0]  # "Pekim Sansk's" is another wording
+    assert scored[2][0] > scored[0][0] > scored[1][0]
+    with pytest.raises(Exception, match="plan_logic"):
+        MAPGRPOConfig(plan_logic="judge")

@@ -21,7 +21,7 @@ from typing import Any
 
 from rolecall.errors import ConfigError
 from rolecall.evaluation.metrics import exact_match, f1_score, ndcg_at_k
-from rolecall.programs.core.plan import fill_placeholders, find_placeholders
+from rolecall.programs.core.plan import fill_placeholders, find_placeholders, find_references
 from rolecall.signatures.types import is_null_answer
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "AnalysisRewardWeights",
     "RewriteRewardWeights",
     "plan_logic",
+    "plan_gold_match",
     "plan_structure",
     "plan_efficiency",
     "plan_placeholder_score",
@@ -159,6 +160,41 @@ def plan_logic(sub_goals: Sequence[str], gold_decomposition: Sequence[Any] | Non
     return (backwards + unique + used) / 3.0
 
 
+# words a sub-goal may add or drop without asking something else ("In which city is the company X headquartered?"
+# and "Which city is X headquartered in?" ask the same)
+_FILLER_WORDS = frozenset("a an the of in is was which what who company city film book band person country".split())
+
+
+def _asked_words(text: str) -> frozenset[str]:
+    """The words a sub-goal asks with, each reference (``#j``, ``[type from step j]``) written as ``step<j>``."""
+    for ref in sorted(find_references(text), key=lambda r: -r.start):
+        text = f"{text[: ref.start]} step{ref.step} {text[ref.start + len(ref.text) :]}"
+    return frozenset(_text_key(text).split()) - _FILLER_WORDS
+
+
+def plan_gold_match(sub_goals: Sequence[str], gold_decomposition: Sequence[Any]) -> float:
+    """f_logic against a gold decomposition: the share of positions whose sub-goal asks the gold sub-question there.
+
+    A sub-goal asks the gold sub-question when both use the same words outside a short filler list, references
+    counted by the step they point to; "Who is the mother of [entity from step 1]?" does not ask "Who is the father
+    of #1?". The score is the matches over the longer of the two plans, so a missing or extra step costs its share.
+    Where the rule judge (:func:`plan_logic`) passes any plan whose placeholders point backwards, this one sees the
+    relation a plan asks, which is where most plans of a SFT-trained 135M planner go wrong (docs/opera-mapgrpo.md).
+
+    Example:
+        >>> gold = [{"question": "Who is the mother of Ann?"}, {"question": "Who is the father of #1?"}]
+        >>> plan_gold_match(["Who is Ann's mother?", "Who is the mother of [entity from step 1]?"], gold)
+        0.0
+        >>> plan_gold_match(["Who is the mother of Ann?", "Who is the mother of [entity from step 1]?"], gold)
+        0.5
+    """
+    if not sub_goals or not gold_decomposition:
+        return 0.0
+    gold = [_asked_words(_question_of(g)) for g in gold_decomposition]
+    hits = sum(_asked_words(s) == g for s, g in zip(sub_goals, gold, strict=False))
+    return hits / max(len(sub_goals), len(gold))
+
+
 def plan_structure(sub_goals: Sequence[str] | None, *, max_steps: int = 5) -> float:
     """f_struct: 1 when the plan parsed into 1..max_steps sub-goals of at least three words each, else partial."""
     if not sub_goals:
@@ -208,14 +244,26 @@ def plan_reward(
     gold_decomposition: Sequence[Any] | None = None,
     weights: PlanRewardWeights | None = None,
     judge: Callable[[str, Sequence[str]], float] | None = None,
+    logic: str = "rules",
     max_steps: int = 5,
 ) -> tuple[float, dict[str, float]]:
-    """The Plan Agent's reward (Eq. 7). ``sub_goals=None`` means the output did not parse (reward 0)."""
+    """The Plan Agent's reward (Eq. 7). ``sub_goals=None`` means the output did not parse (reward 0).
+
+    f_logic comes from ``judge`` when given, else from ``logic``: ``"rules"`` (:func:`plan_logic`) or ``"gold"``
+    (:func:`plan_gold_match` where the example has a gold decomposition, the rules elsewhere)."""
+    if logic not in ("rules", "gold"):
+        raise ConfigError(f"plan_reward: logic is 'rules' or 'gold', got {logic!r}")
     w = weights or PlanRewardWeights()
     if not sub_goals:
         return 0.0, {"logic": 0.0, "feasibility": 0.0, "execution": 0.0, "efficiency": 0.0, "placeholder": 0.0}
     parts = {
-        "logic": float(judge(question, sub_goals)) if judge is not None else plan_logic(sub_goals, gold_decomposition),
+        "logic": (
+            float(judge(question, sub_goals))
+            if judge is not None
+            else plan_gold_match(sub_goals, gold_decomposition)
+            if logic == "gold" and gold_decomposition
+            else plan_logic(sub_goals, gold_decomposition)
+        ),
         "feasibility": plan_structure(sub_goals, max_steps=max_steps),
         "execution": exact_match(executed_answer or "", list(gold_answers)) if gold_answers else 0.0,
         "efficiency": plan_efficiency(len(sub_goals)),
