@@ -120,6 +120,7 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
         self.warm_start = warm_start
         super().__init__(cfg.loop_config("sequential" if cfg.progressive else "interleaved"))
         self.pools: dict[str, list[RoleInput]] = {}
+        self.screened: dict[str, dict[str, int]] = {}  # per stage: inputs collected and kept by ``screen_pool``
 
     # ------------------------------------------------------------------ the weight-optimizer contract
     def compile(self, student: Any, *, trainset: Sequence[Any], valset: Sequence[Any] | None = None, **kw: Any) -> Any:
@@ -194,6 +195,51 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
     def _collect_pool(self, role: str) -> None:
         self.pools[role] = self.tasks.collect(role, self.records, random.Random(f"{self.mapgrpo_config.seed}-{role}"))
         logger.info("%s %s: %d training inputs collected", type(self).__name__, role, len(self.pools[role]))
+        if self.mapgrpo_config.screen_pool and self.pools[role]:
+            collected = len(self.pools[role])
+            self.pools[role] = self.screen(role, self.pools[role])
+            self.screened[role] = {"collected": collected, "kept": len(self.pools[role])}
+            logger.info("%s %s: %d of %d inputs kept by screening (their groups disagree or c_best stands apart)",
+                        type(self).__name__, role, len(self.pools[role]), collected)  # fmt: skip
+
+    def _teaches(self, role: str, item: RoleInput, outputs: list[Any], expert_out: dict[str, Any] | None) -> bool:
+        """Whether a group of ``outputs`` for ``item`` is informative: rewards that differ, or under off-policy
+        guidance a c_best whose reward differs from their mean."""
+        rewards = [r for r, _ in self.tasks.score(role, item, outputs)]
+        if not all_equal(rewards):
+            return True
+        if not (self.mapgrpo_config.expert_gradient and expert_out is not None):
+            return False
+        expert = self.tasks.score(role, item, [expert_out])[0][0]
+        return abs(expert - sum(rewards) / len(rewards)) > 1e-9
+
+    def summary_extra(self) -> dict[str, Any]:
+        """``pool_screening``: per screened stage, the inputs collected and those kept."""
+        return {"pool_screening": dict(self.screened)} if self.screened else {}
+
+    def screen(self, role: str, pool: list[RoleInput], *, chunk: int = 32) -> list[RoleInput]:
+        """The inputs of ``pool`` whose group, sampled once now, would be informative (:attr:`~MAPGRPOConfig.
+        screen_pool`): on-policy rewards that differ, or under off-policy guidance a c_best whose reward differs
+        from the samples' mean."""
+        cfg = self.mapgrpo_config
+        predictor, view = self.program.roles[role], self.views[role]
+        role_adapter = getattr(self.program, "role_adapter", None)
+        adapter = (role_adapter(role) if role_adapter else None) or dspy.settings.adapter or dspy.ChatAdapter()
+        kept: list[RoleInput] = []
+        for start in range(0, len(pool), chunk):
+            batch = pool[start : start + chunk]
+            messages = [adapter.format(predictor.signature, _demos(predictor), item.inputs) for item in batch]
+            groups = view.sample(messages, n=cfg.policy_samples, seed=cfg.seed * 7919 - 1 - start,
+                                 **self._sampling(role))  # fmt: skip
+            outputs = [[_parse(adapter, predictor.signature, c.text) for c in g] for g in groups]
+            gold = [self.tasks.gold_expert(role, item) if cfg.expert == "gold" else None for item in batch]
+            if role == "plan":
+                self.tasks.execute_plans(plan_wave(batch, outputs, [[] for _ in batch], gold))
+
+            verdicts = parallel_map(lambda i, b=batch, o=outputs, g=gold: self._teaches(role, b[i], o[i], g[i]),
+                                    list(range(len(batch))))  # fmt: skip
+            kept += [item for item, keep in zip(batch, verdicts, strict=True) if keep]
+        return kept
 
     # ------------------------------------------------------------------ one step (phases 1-5, see the module)
     def stage_exhausted(self, stage: str, records: list[dict[str, Any]]) -> str | None:
@@ -330,6 +376,7 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
             "groups/total": float(len(batch)),
             "advantage/abs_mean": _mean(trained_abs),
             "groups/flat_below_expert": float(flat_below),
+            "pool/size": float(len(self.pools.get(role, ()))),
         }
         if role == "plan":
             metrics.update({f"plan/{k}": float(v) for k, v in tasks.execution_stats.items()})

@@ -247,3 +247,34 @@ def test_the_gold_plan_judge_sees_the_relation_a_plan_asks():
     assert scored[2][0] > scored[0][0] > scored[1][0]
     with pytest.raises(Exception, match="plan_logic"):
         MAPGRPOConfig(plan_logic="judge")
+
+
+def test_pool_screening_keeps_only_the_inputs_that_can_teach(
+    world, tiny_model, smollm_tokenizer, tmp_path, monkeypatch
+):
+    """A converged warm start answers most inputs alike every time (no advantage); ``screen_pool`` samples each
+    collected input once and keeps those whose group disagrees, so every step's groups can teach."""
+    import json
+
+    lm = LocalLM(tiny_model, tokenizer=smollm_tokenizer, max_tokens=8)
+    program = OPERA(BM25(world.corpus), lm=lm, max_steps=2, max_rewrites=0)
+
+    def teaches(item):  # an input property the screening cannot see except through the rewards
+        return len(str(item.inputs.get("sub_goal", ""))) % 2 == 1
+
+    def score(self, role, item, outs):  # inputs that teach: rewards that differ; the rest: all alike
+        return [(0.1 * i if teaches(item) else 0.3, {}) for i in range(len(outs))]
+
+    monkeypatch.setattr(OperaRoleTasks, "score", score)
+    config = MAPGRPOConfig(steps={"analysis": 1}, group_size=3, inputs_per_step=2, collect_questions=8,
+                           max_completion_length=8, show_progress=False, execute_plans=False, screen_pool=True,
+                           output_dir=tmp_path / "run")  # fmt: skip
+    optimizer = MAPGRPO(config)
+    program.compile(optimizer=optimizer, trainset=world.train)
+    kept, counts = optimizer.pools["analysis"], optimizer.screened["analysis"]
+    assert kept and all(teaches(item) for item in kept)
+    assert counts["kept"] == len(kept) < counts["collected"]  # the inputs answered alike were dropped
+    (record,) = optimizer.history
+    assert record["groups/informative"] == record["groups/total"] and record["pool/size"] == len(kept)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["pool_screening"] == {"analysis": counts}

@@ -404,13 +404,18 @@ class WeightOptimizer(dspy.teleprompt.Teleprompter, Generic[BatchT, RolloutsT, E
                     "resume the run (rolecall compile ... --resume, or resume=True)"
                 ) from exc
 
+    def summary_extra(self) -> dict[str, Any]:
+        """What an optimizer adds to ``summary.json`` (none by default)."""
+        return {}
+
     def _finish(self, out: Path, backend: Any, stages: list[Stage], state: dict[str, Any]) -> None:
         for adapter in dict.fromkeys(s.adapter for s in stages):
             backend.save_adapter(adapter, out / "adapters" / adapter)
         summary = {"stop_reason": self.stop_reason, "stopped": state["stopped"],
                    "steps": {s.name: state["steps"].get(s.name, 0) for s in stages},
                    "planned": {s.name: s.steps for s in stages}, "global_step": state["global_step"],
-                   "elapsed_s": state["elapsed_s"], "time_budget_minutes": self.config.time_budget_minutes}  # fmt: skip
+                   "elapsed_s": state["elapsed_s"], "time_budget_minutes": self.config.time_budget_minutes,
+                   **self.summary_extra()}  # fmt: skip
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         logger.info("%s: %s after %d steps in %.1fs; output in %s", type(self).__name__, self.stop_reason,
                     state["global_step"], state["elapsed_s"], out)  # fmt: skip
