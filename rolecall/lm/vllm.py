@@ -42,11 +42,14 @@ def sampling_kwargs(request: GenerationRequest) -> dict[str, Any]:
     """The ``vllm.SamplingParams`` keyword arguments of one generation request.
 
     Greedy is temperature 0; stop strings are cut from the text as :class:`~rolecall.lm.local.LocalLM` does;
-    ``logprobs=0`` asks vLLM for the sampled token's log-probability only.
+    ``logprobs=0`` asks vLLM for the sampled token's log-probability only. A seed is taken modulo 2**32: vLLM's CPU
+    sampler kills its engine on a negative one ("CPU Generator does not use offset").
 
     Example:
         >>> sampling_kwargs(GenerationRequest(prompt_ids=[1], n=4, temperature=1.0, max_tokens=32, seed=7))["n"]
         4
+        >>> sampling_kwargs(GenerationRequest(prompt_ids=[1], n=1, temperature=1.0, max_tokens=8, seed=-1))["seed"]
+        4294967295
     """
     kwargs: dict[str, Any] = {
         "n": int(request.n),
@@ -58,7 +61,7 @@ def sampling_kwargs(request: GenerationRequest) -> dict[str, Any]:
         "skip_special_tokens": True,
     }
     if request.seed is not None:
-        kwargs["seed"] = int(request.seed)
+        kwargs["seed"] = int(request.seed) % 2**32
     if request.logprobs:
         kwargs["logprobs"] = 0
     return kwargs

@@ -229,7 +229,7 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
         for start in range(0, len(pool), chunk):
             batch = pool[start : start + chunk]
             messages = [adapter.format(predictor.signature, _demos(predictor), item.inputs) for item in batch]
-            groups = view.sample(messages, n=cfg.policy_samples, seed=cfg.seed * 7919 - 1 - start,
+            groups = view.sample(messages, n=cfg.policy_samples, seed=cfg.seed * 7919 + 10**6 + start,
                                  **self._sampling(role))  # fmt: skip
             outputs = [[_parse(adapter, predictor.signature, c.text) for c in g] for g in groups]
             gold = [self.tasks.gold_expert(role, item) if cfg.expert == "gold" else None for item in batch]
