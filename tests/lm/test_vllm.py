@@ -34,6 +34,12 @@ def test_greedy_requests_ignore_top_p_and_ask_no_logprobs():
     assert "logprobs" not in kwargs and "seed" not in kwargs
 
 
+def test_a_negative_seed_reaches_vllm_as_a_valid_one():
+    """vLLM's CPU sampler kills the whole engine on a negative seed; seeds are taken modulo 2**32."""
+    assert sampling_kwargs(GenerationRequest(prompt_ids=[1], temperature=1.0, seed=-1))["seed"] == 2**32 - 1
+    assert sampling_kwargs(GenerationRequest(prompt_ids=[1], temperature=1.0, seed=7919))["seed"] == 7919
+
+
 @pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed: the missing-dependency message does not apply")
 def test_without_vllm_the_error_names_the_install_command():
     from rolecall.lm.vllm import VLLMLM
