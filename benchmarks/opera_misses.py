@@ -19,19 +19,6 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-# words a paraphrase of a sub-question may add or drop without asking something else
-_FILLER = frozenset("a an the of in is was which what who company city film book band person country".split())
-
-
-def _asks(sub_goal: str, gold_question: str) -> bool:
-    """Whether a sub-goal asks the (filled) gold sub-question: the same words outside :data:`_FILLER`."""
-    import re
-
-    def words(text: str) -> set[str]:
-        return set(re.findall(r"[a-z0-9]+", text.lower())) - _FILLER
-
-    return words(sub_goal) == words(gold_question)
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,6 +30,7 @@ def main() -> None:
     from rolecall.data.synthetic import synthetic_world
     from rolecall.evaluation import read_records
     from rolecall.evaluation.metrics import exact_match
+    from rolecall.optimizers.rewards.opera import plan_gold_match
     from rolecall.programs.core.plan import fill_placeholders
     from rolecall.utils.text import holds_answer
 
@@ -84,7 +72,8 @@ def main() -> None:
             known = {i: sub.answer for i, sub in enumerate(example.decomposition, 1)}
             asked = fill_placeholders(example.decomposition[k].question, known, before=k + 1)[0]
             goal = str((analyses[k].get("inputs") or {}).get("sub_goal", "")) if k < len(analyses) else ""
-            which = "asked the gold sub-question" if _asks(goal, asked) else "asked another question"
+            same = plan_gold_match([goal], [{"question": asked}]) == 1.0  # the rule the gold plan judge uses
+            which = "asked the gold sub-question" if same else "asked another question"
             buckets[f"miss: sub-answer, {which}"] += 1
         else:
             buckets["miss: synthesis (every sub-answer right)"] += 1
