@@ -217,11 +217,16 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
         """``pool_screening``: per screened stage, the inputs collected and those kept."""
         return {"pool_screening": dict(self.screened)} if self.screened else {}
 
-    def screen(self, role: str, pool: list[RoleInput], *, chunk: int = 32) -> list[RoleInput]:
+    def screen(self, role: str, pool: list[RoleInput]) -> list[RoleInput]:
         """The inputs of ``pool`` whose group, sampled once now, would be informative (:attr:`~MAPGRPOConfig.
         screen_pool`): on-policy rewards that differ, or under off-policy guidance a c_best whose reward differs
-        from the samples' mean."""
+        from the samples' mean.
+
+        Sampled ``inputs_per_step`` prompts at a time, the batch a training step sends: vLLM 0.32's CPU engine dies
+        on seeded requests whose prefill it splits over several steps ("CPU Generator does not use offset"), which
+        32 synthesis prompts at once made it do."""
         cfg = self.mapgrpo_config
+        chunk = cfg.inputs_per_step
         predictor, view = self.program.roles[role], self.views[role]
         role_adapter = getattr(self.program, "role_adapter", None)
         adapter = (role_adapter(role) if role_adapter else None) or dspy.settings.adapter or dspy.ChatAdapter()
