@@ -228,12 +228,10 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
         cfg = self.mapgrpo_config
         chunk = cfg.inputs_per_step
         predictor, view = self.program.roles[role], self.views[role]
-        role_adapter = getattr(self.program, "role_adapter", None)
-        adapter = (role_adapter(role) if role_adapter else None) or dspy.settings.adapter or dspy.ChatAdapter()
         kept: list[RoleInput] = []
         for start in range(0, len(pool), chunk):
             batch = pool[start : start + chunk]
-            messages = [adapter.format(predictor.signature, _demos(predictor), item.inputs) for item in batch]
+            adapter, messages = self._prompts(role, batch)
             groups = view.sample(messages, n=cfg.policy_samples, seed=cfg.seed * 7919 + 10**6 + start,
                                  **self._sampling(role))  # fmt: skip
             outputs = [[_parse(adapter, predictor.signature, c.text) for c in g] for g in groups]
@@ -273,16 +271,21 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
         """Phase 2: G-1 samples per input from the current policy (one prefill per prompt, the groups batched), plus
         the extra samples best-of-N experts are picked from, in the same batch."""
         cfg, role = self.mapgrpo_config, ctx.stage.name
-        predictor, view = self.program.roles[role], self.views[role]
-        role_adapter = getattr(self.program, "role_adapter", None)
-        adapter = (role_adapter(role) if role_adapter else None) or dspy.settings.adapter or dspy.ChatAdapter()
-        messages = [adapter.format(predictor.signature, _demos(predictor), item.inputs) for item in batch]
+        view = self.views[role]
+        adapter, messages = self._prompts(role, batch)
         seed = cfg.seed * 7919 + ctx.step
         n = cfg.policy_samples + (cfg.expert_samples if cfg.expert == "best_of_n" else 0)
         groups = view.sample(messages, n=n, seed=seed, logprobs=True, **self._sampling(role))
         extras = [g[cfg.policy_samples :] for g in groups]
         groups = [g[: cfg.policy_samples] for g in groups]
         return Rollouts(batch=batch, messages=messages, groups=groups, extras=extras, adapter=adapter)
+
+    def _prompts(self, role: str, batch: list[RoleInput]) -> tuple[Any, list[Any]]:
+        """The role's adapter and the messages it formats for each input of ``batch`` (the role's own demos)."""
+        predictor = self.program.roles[role]
+        role_adapter = getattr(self.program, "role_adapter", None)
+        adapter = (role_adapter(role) if role_adapter else None) or dspy.settings.adapter or dspy.ChatAdapter()
+        return adapter, [adapter.format(predictor.signature, _demos(predictor), item.inputs) for item in batch]
 
     def _sampling(self, role: str) -> dict[str, Any]:
         """The role's own stop strings and token budget, with the policy's temperature and nucleus mass."""
