@@ -31,7 +31,7 @@ from rolecall.lm.peft_load import load_peft_adapter
 
 T = TypeVar("T")
 
-__all__ = ["ModelBackend", "default_lora_config"]
+__all__ = ["ModelBackend", "cpu_has_native_bf16", "default_lora_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,20 @@ def _pick_device(device: str | None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX tiles).
+
+    oneDNN's own check (``torch.ops.mkldnn._is_mkldnn_bf16_supported``) also says yes on plain AVX-512, where bf16
+    is emulated: on an AVX-512 Xeon without AVX512-BF16, bf16 ran SmolLM2-135M's MLP matmul at 0.28x the fp32 rate
+    and generated at 0.58x its tokens per second (``benchmarks/bench_cpu_dtype.py``), so "auto" takes fp32 there.
+    """
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    try:
+        return any(bool(getattr(torch.cpu, name)()) for name in probes if hasattr(torch.cpu, name))
+    except RuntimeError:
+        return False
+
+
 def _pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -79,11 +93,7 @@ def _pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
         # bf16 on GPUs and on CPUs with native bf16 matmuls (AVX512-BF16 / AMX: about 3x the fp32 rate); fp32 elsewhere
         if device.type == "cuda":
             return torch.bfloat16
-        try:
-            native_bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        except (AttributeError, RuntimeError):
-            native_bf16 = False
-        return torch.bfloat16 if native_bf16 else torch.float32
+        return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
     if dtype not in table:
         raise ConfigError(f"dtype must be one of {['auto', *table]}, got {dtype!r}")
     return table[dtype]
