@@ -137,11 +137,16 @@ def parse_fields(specs: list[str], flag: str) -> dict[str, Any]:
 
 def fields_label(fields: dict[str, Any]) -> tuple[str, str]:
     """``(label, slug)`` of config fields: ``"k=v,k=v"`` for a row's name and a folder-safe form of it (both empty
-    when there are no fields)."""
+    when there are no fields). A slug past 120 characters keeps its first 100 and a hash of the whole label, so a
+    row with many fields still gets a folder name the file system takes (255 bytes at most) and its own."""
+    import hashlib
     import re
 
     label = ",".join(f"{k}={v}" for k, v in fields.items())
-    return label, re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)
+    slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)
+    if len(slug) > 120:
+        slug = f"{slug[:100]}-{hashlib.sha1(label.encode()).hexdigest()[:12]}"
+    return label, slug
 
 
 def with_fields(config: Any, fields: dict[str, Any], flag: str) -> Any:
