@@ -66,6 +66,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MAPGRPO", "Executed", "JointGRPO", "Rollouts", "expert_group_advantages"]
 
+_STD_EPS = 1e-4
+"""The eps of ``advantage_scale="std"`` (as in :func:`~rolecall.optimizers.core.grpo.advantages.group_advantages`)."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -446,20 +449,28 @@ def expert_group_advantages(
 
     With ``expert_in_baseline`` (the paper's Eq. 11), c_best enters the group mean, so when gold wins the on-policy
     advantages sum to (G-1)/G * (mean_policy - r_expert) < 0; without it the baseline is the on-policy samples' own mean
-    (their advantages sum to 0) and c_best's advantage is measured against it. ``scale="std"`` divides by the
-    baseline members' standard deviation (GRPO), ``"none"`` is Eq. 2's r - mean.
+    (their advantages sum to 0) and c_best's advantage is measured against it. ``scale="std"`` divides by a standard
+    deviation (GRPO), ``"none"`` is Eq. 2's r - mean. With c_best outside the baseline the std is the whole group's
+    (c_best included): the on-policy samples' own std is 0 whenever they agree, which would give c_best an advantage
+    of (r_expert - mean) / 1e-4.
 
     Example:
         >>> expert_group_advantages([0.0, 0.5], 1.0).tolist()
         [-0.5, 0.0, 0.5]
         >>> expert_group_advantages([0.0, 0.5], 1.0, expert_in_baseline=False).tolist()
         [-0.25, 0.25, 0.75]
+        >>> adv = expert_group_advantages([0.0, 0.0], 1.0, expert_in_baseline=False, scale="std")
+        >>> [round(a, 3) for a in adv.tolist()]
+        [0.0, 0.0, 1.732]
     """
     group = [*rewards, *([] if expert is None else [expert])]
-    mask = None
-    if expert is not None and not expert_in_baseline:
-        mask = torch.tensor([[True] * len(rewards) + [False]])
-    return group_advantages(torch.tensor([group]), scale=scale, baseline_mask=mask)[0]
+    if expert is None or expert_in_baseline:
+        return group_advantages(torch.tensor([group]), scale=scale)[0]
+    mask = torch.tensor([[True] * len(rewards) + [False]])
+    advantages = group_advantages(torch.tensor([group]), baseline_mask=mask)[0]  # r - mean of the on-policy samples
+    if scale == "std":
+        advantages = advantages / (torch.tensor(group).std() + _STD_EPS)  # the whole group's spread, never 0 + eps
+    return advantages
 
 
 def _demos(predictor: Any) -> list[dict[str, Any]]:

@@ -101,7 +101,8 @@ class MAPGRPOConfig(RunConfig):
     on-policy advantages sum to (G-1)/G * (mean_policy - r_expert) < 0 and every sample is pushed down; False takes
     the baseline over the on-policy samples alone (their advantages sum to 0; c_best's is measured against them)."""
     advantage_scale: AdvantageScale = "none"
-    """``"none"``: A = r - mean (the paper's Eq. 2); ``"std"``: divided by the baseline's standard deviation (GRPO)."""
+    """``"none"``: A = r - mean (the paper's Eq. 2); ``"std"``: divided by the group's standard deviation (GRPO); with
+    c_best outside the baseline, the whole group's (c_best included), so a group whose samples agree stays bounded."""
     lr_schedule: LRSchedule = "constant"
     """``constant``: every step at the role's learning rate; ``linear``: it decays to 0 over the stage's steps (or its
     share of the time budget)."""

@@ -51,6 +51,15 @@ def test_standardized_advantages_have_unit_spread_over_the_baseline():
     assert torch.allclose(expert_group_advantages([0.0, 1.0], 1.0), torch.tensor([-2 / 3, 1 / 3, 1 / 3]))
 
 
+def test_std_scale_with_c_best_outside_the_baseline_stays_bounded_when_the_samples_agree():
+    # the on-policy samples agree: their own std is 0, so dividing by it (+ eps) made c_best's advantage 1e4
+    adv = expert_group_advantages([0.2, 0.2, 0.2, 0.2], 0.9, expert_in_baseline=False, scale="std")
+    assert adv[:-1].abs().max() == 0.0
+    assert 0.0 < float(adv[-1]) < 3.0  # (0.9 - 0.2) / std of the whole group, about 2.0
+    spread = expert_group_advantages([0.0, 0.5, 1.0], 1.0, expert_in_baseline=False, scale="std")
+    assert math.isclose(float(spread[:-1].sum()), 0.0, abs_tol=1e-6)  # still the samples' own mean
+
+
 def test_the_new_settings_are_checked():
     with pytest.raises(Exception, match="advantage_scale"):
         MAPGRPOConfig(advantage_scale="minmax")
