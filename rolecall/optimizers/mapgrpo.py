@@ -66,9 +66,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MAPGRPO", "Executed", "JointGRPO", "Rollouts", "expert_group_advantages"]
 
-_STD_EPS = 1e-4
-"""The eps of ``advantage_scale="std"`` (as in :func:`~rolecall.optimizers.core.grpo.advantages.group_advantages`)."""
-
 logger = logging.getLogger(__name__)
 
 
@@ -464,13 +461,10 @@ def expert_group_advantages(
         [0.0, 0.0, 1.732]
     """
     group = [*rewards, *([] if expert is None else [expert])]
-    if expert is None or expert_in_baseline:
-        return group_advantages(torch.tensor([group]), scale=scale)[0]
-    mask = torch.tensor([[True] * len(rewards) + [False]])
-    advantages = group_advantages(torch.tensor([group]), baseline_mask=mask)[0]  # r - mean of the on-policy samples
-    if scale == "std":
-        advantages = advantages / (torch.tensor(group).std() + _STD_EPS)  # the whole group's spread, never 0 + eps
-    return advantages
+    mask = None
+    if expert is not None and not expert_in_baseline:
+        mask = torch.tensor([[True] * len(rewards) + [False]])
+    return group_advantages(torch.tensor([group]), scale=scale, baseline_mask=mask)[0]
 
 
 def _demos(predictor: Any) -> list[dict[str, Any]]:

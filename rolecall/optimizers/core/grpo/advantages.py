@@ -72,9 +72,10 @@ def group_advantages(
 ) -> torch.Tensor:
     """Computes group-relative advantages for B groups of G candidates each.
 
-    The baseline (mean, and std for ``scale="std"``) is taken over the members where ``baseline_mask`` is true
-    (default: every member, including an injected expert c_best, MAPGRPO Eq. 11). Members outside the baseline still
-    get an advantage relative to it.
+    The baseline mean is taken over the members where ``baseline_mask`` is true (default: every member, including an
+    injected expert c_best, MAPGRPO Eq. 11). Members outside the baseline still get an advantage relative to it, and
+    still belong to the group's spread: ``scale="std"`` divides by the std of every member, since the baseline
+    members alone have std 0 whenever they agree (an outside c_best would then get (r - mean) / eps).
 
     Args:
         rewards: Rewards r_i, shape (B, G).
@@ -111,15 +112,16 @@ def group_advantages(
     mu = (weights * rewards).sum(dim=1, keepdim=True) / count  # (B, 1)
     advantages = rewards - mu  # Eq. 2: A_i = r_i - mean_j r_j
     if scale == "std":
-        sigma = _sample_std(rewards, mu, weights, count)  # (B, 1)
+        sigma = _sample_std(rewards)  # (B, 1), the whole group
         advantages = advantages / (sigma + eps)  # OPD Eq. 1
     return advantages
 
 
-def _sample_std(values: torch.Tensor, mu: torch.Tensor, weights: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """Bessel-corrected weighted std along the last dim; 0 for a group of one."""
-    squared = (weights * (values - mu) ** 2).sum(dim=-1, keepdim=True)
-    return torch.where(count > 1, (squared / (count - 1).clamp(min=1)).sqrt(), torch.zeros_like(squared))
+def _sample_std(values: torch.Tensor) -> torch.Tensor:
+    """Bessel-corrected std along the last dim, keeping it; 0 for a group of one."""
+    if values.shape[-1] < 2:
+        return torch.zeros_like(values[..., :1])
+    return values.std(dim=-1, keepdim=True, correction=1)
 
 
 def gradient_mask(is_expert: torch.Tensor) -> torch.Tensor:

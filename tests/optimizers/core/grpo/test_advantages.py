@@ -56,6 +56,14 @@ def test_expert_enters_baseline_by_default_mapgrpo_eq11():
     torch.testing.assert_close(group_advantages(rewards, baseline_mask=only_policy), torch.tensor([[0.0, 0, 0, 1]]))
 
 
+def test_std_scale_takes_the_whole_groups_spread_when_the_baseline_leaves_c_best_out():
+    """rewards [[0, 0, 1]], c_best last and outside the baseline: mean 0, sigma of all three sqrt(1/3) = 0.57735,
+    so A = [0, 0, 1.7320]; the baseline members' own sigma (0) would give c_best 1 / 1e-4."""
+    only_policy = torch.tensor([[True, True, False]])
+    adv = group_advantages(torch.tensor([[0.0, 0.0, 1.0]]), scale="std", baseline_mask=only_policy)
+    torch.testing.assert_close(adv, torch.tensor([[0.0, 0.0, 1.0 / (3**-0.5 + 1e-4)]]))
+
+
 def test_gradient_mask_excludes_expert():
     is_expert = torch.tensor([[False, False, False, True], [False, False, False, False]])
     expected = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
