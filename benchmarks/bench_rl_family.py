@@ -25,8 +25,16 @@ D2Plan, the sub-questions of the Reasoner's initial plan per question. RL rows a
 A row is written to the results JSON (and a markdown table beside it) as soon as it is done; a rerun skips rows already
 there (``--fresh`` starts over), reuses a trained program saved under ``--runs`` and resumes a killed evaluation.
 
+The acceptance runs (issue 56) fix each RL row's work, not its minutes: ``--rl-steps N`` (``--rl-minutes`` is then a
+ceiling), the SFT warm starts' ``--max-steps``, the 500-question evaluation of ``--world-test 500 --test-questions
+500``, ``--engine vllm`` for rollouts and evaluations. ``--rl-config FIELD=VALUE`` sets an option of every RL
+optimizer of the run (``num_iterations=2``, ``lr_schedule=linear``, ``advantage_scale=none``); such a run takes its
+own ``--tag`` and, with ``--warm-start-tag``, the warm starts of the run it is compared with.
+
 Example:
     .venv/bin/python benchmarks/bench_rl_family.py --claims search_r1,d2plan,opd --test-questions 200
+    .venv/bin/python benchmarks/bench_rl_family.py --claims d2plan --world-test 500 --test-questions 500 \
+        --engine vllm --threads 24 --rl-steps 16 --rl-minutes 45 --rl-config num_iterations=2 --tag ppo2
 """
 
 from __future__ import annotations
@@ -37,7 +45,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import bench_parser, paired_against, paired_cell, sft_optimizer, trained_once, write_results
+from _common import (
+    bench_parser,
+    paired_against,
+    paired_cell,
+    parse_fields,
+    sft_optimizer,
+    trained_once,
+    write_results,
+)
 
 RUNS = Path(__file__).resolve().parent.parent / "runs" / "bench_rl_family"
 CLAIMS = ("search_r1", "d2plan", "opd")
@@ -133,6 +149,8 @@ class Bench:
         self.retriever = BM25(world.corpus)
         self.out = Path(args.out)
         self.rows: list[dict[str, Any]] = self._earlier_rows()
+        self.rl_fields: dict[str, Any] = parse_fields(args.rl_config, "--rl-config")
+        self._lm: Any = None
         print(f"synthetic: {len(self.train)} train / {len(self.test)} test questions, {len(world.corpus)} passages")
 
     def _earlier_rows(self) -> list[dict[str, Any]]:
@@ -146,6 +164,39 @@ class Bench:
     def folder(self, claim: str) -> Path:
         """Where ``claim``'s programs and records go: ``<runs>/<claim>``, or ``<runs>/<claim>-<tag>`` with ``--tag``."""
         return self.args.runs / (f"{claim}-{self.args.tag}" if self.args.tag else claim)
+
+    def warm_folder(self, claim: str, name: str) -> Path:
+        """The folder of ``claim``'s warm start ``name`` (``sft``, ``sft_team``, ``teacher``): this run's own, or with
+        ``--warm-start-tag`` that run's (``""`` the untagged one), so a lever's rows start from the same trained
+        program as the rows they are compared with instead of a second SFT training."""
+        tag = self.args.warm_start_tag
+        if tag is None:
+            return self.folder(claim) / name
+        return self.args.runs / (f"{claim}-{tag}" if tag else claim) / name
+
+    def lm(self) -> Any:
+        """A generation engine for the next program (``--engine``: LocalLM or vLLM); the previous one is stopped first,
+        so at most one vLLM engine process runs at a time."""
+        from rolecall.lm.engines import close_lm, make_lm
+
+        if self._lm is not None:
+            close_lm(self._lm)
+        self._lm = make_lm(engine=self.args.engine)
+        return self._lm
+
+    def close(self) -> None:
+        """Stop the last engine :meth:`lm` started."""
+        from rolecall.lm.engines import close_lm
+
+        if self._lm is not None:
+            close_lm(self._lm)
+            self._lm = None
+
+    def rl_options(self, **defaults: Any) -> dict[str, Any]:
+        """An RL optimizer's options: ``defaults``, its steps (``--rl-steps``, else unbounded so that ``--rl-minutes``
+        ends the run) and minutes ceiling, then the ``--rl-config`` fields over them."""
+        steps = self.args.rl_steps if self.args.rl_steps is not None else 10_000
+        return {**defaults, "steps": steps, "time_budget_minutes": self.args.rl_minutes, **self.rl_fields}
 
     def done(self, claim: str, method: str) -> bool:
         return any(_key(r) == (claim, method, self.args.tag) for r in self.rows)
@@ -174,9 +225,7 @@ class Bench:
     def trained(self, folder: Path, cls: Any, train: Any) -> tuple[Any, float, list[dict[str, Any]]]:
         """The program saved in ``folder/program``, or ``train()``'s (program, optimizer) saved there first
         (:func:`_common.trained_once`). Returns the program, its training minutes and the optimizer's history."""
-        from rolecall.lm import LocalLM
-
-        return trained_once(folder, lambda path: cls.load(path, retriever=self.retriever, lm=LocalLM()), train)
+        return trained_once(folder, lambda path: cls.load(path, retriever=self.retriever, lm=self.lm()), train)
 
 
 # ---------------------------------------------------------------------------------------------- the three claims
@@ -188,20 +237,19 @@ SFT(gold) warm start alone, and GRPO from it (the cold start D2Plan and OPERA us
 
 def run_search_r1(bench: Bench) -> None:
     """Prompt-only Search-R1 against Search-R1 trained with plain GRPO, from the base and from an SFT(gold) start."""
-    from rolecall.lm import LocalLM
     from rolecall.optimizers import SearchR1GRPO
     from rolecall.programs.registry import build_program, get_program_class
 
     args, runs, cls = bench.args, bench.folder("search_r1"), get_program_class("search_r1")
     if not bench.done("search_r1", "prompt-only"):
-        program = build_program("search_r1", bench.retriever, LocalLM())
+        program = build_program("search_r1", bench.retriever, bench.lm())
         result, eval_minutes = bench.evaluate(program, runs / "prompt_only")
         bench.record(_row("search_r1", "prompt-only", result, 0.0, eval_minutes))
     wanted = args.search_r1_rows
-    sft_folder, sft_minutes = runs / "sft", 0.0
+    sft_folder, sft_minutes = bench.warm_folder("search_r1", "sft"), 0.0
 
     def train_sft() -> tuple[Any, Any]:
-        program = build_program("search_r1", bench.retriever, LocalLM())
+        program = build_program("search_r1", bench.retriever, bench.lm())
         optimizer = sft_optimizer(args, sft_folder / "train", show_progress=False)
         return program.compile(optimizer=optimizer, trainset=bench.train), optimizer
 
@@ -218,13 +266,13 @@ def run_search_r1(bench: Bench) -> None:
 
         def train(folder: Path = folder, method: str = method) -> tuple[Any, Any]:
             if method.startswith("SFT"):
-                program = cls.load(sft_folder / "program", retriever=bench.retriever, lm=LocalLM())
+                program = cls.load(sft_folder / "program", retriever=bench.retriever, lm=bench.lm())
             else:
-                program = build_program("search_r1", bench.retriever, LocalLM())
-            optimizer = SearchR1GRPO(group_size=args.group_size, steps=10_000, time_budget_minutes=args.rl_minutes,
-                                     graded_format="graded" in method, num_threads=args.threads,
-                                     output_dir=folder / "train", resume=(folder / "train").is_dir(), seed=args.seed,
-                                     show_progress=False)  # fmt: skip
+                program = build_program("search_r1", bench.retriever, bench.lm())
+            optimizer = SearchR1GRPO(**bench.rl_options(
+                group_size=args.group_size, graded_format="graded" in method, num_threads=args.threads,
+                output_dir=folder / "train", resume=(folder / "train").is_dir(), seed=args.seed, show_progress=False,
+            ))  # fmt: skip
             return program.compile(optimizer=optimizer, trainset=bench.train), optimizer
 
         program, minutes, history = bench.trained(folder, cls, train)
@@ -233,6 +281,7 @@ def run_search_r1(bench: Bench) -> None:
         row = _row("search_r1", method, result, start + minutes, eval_minutes)
         row["rl_minutes"] = round(minutes, 2)
         row["steps"] = len(history)
+        row["steps_planned"] = args.rl_steps
         row["optimizer_steps"] = sum(1 for r in history if r.get("groups/skipped", 0) < r.get("groups/total", 0))
         if method.startswith("SFT"):
             row["vs_warm_start"] = paired_against(sft_folder / "eval", folder / "eval")
@@ -245,15 +294,14 @@ def run_search_r1(bench: Bench) -> None:
 
 def run_d2plan(bench: Bench) -> None:
     """SFT(gold) D2Plan, then SPlanRL from it with and without the plan reward R_p."""
-    from rolecall.lm import LocalLM
     from rolecall.optimizers.splanrl import SPlanRL
     from rolecall.programs.registry import build_program, get_program_class
 
     args, runs, cls = bench.args, bench.folder("d2plan"), get_program_class("d2plan")
-    sft_folder = runs / "sft"
+    sft_folder = bench.warm_folder("d2plan", "sft")
 
     def train_sft() -> tuple[Any, Any]:
-        program = build_program("d2plan", bench.retriever, LocalLM())
+        program = build_program("d2plan", bench.retriever, bench.lm())
         optimizer = sft_optimizer(args, sft_folder / "train", show_progress=False)
         return program.compile(optimizer=optimizer, trainset=bench.train), optimizer
 
@@ -268,10 +316,11 @@ def run_d2plan(bench: Bench) -> None:
         folder = runs / name
 
         def train(folder: Path = folder, use_plan_reward: bool = use_plan_reward) -> tuple[Any, Any]:
-            program = cls.load(sft_folder / "program", retriever=bench.retriever, lm=LocalLM())
-            optimizer = SPlanRL(group_size=args.group_size, steps=10_000, time_budget_minutes=args.rl_minutes,
-                                cold_start="none", use_plan_reward=use_plan_reward, num_threads=args.threads,
-                                seed=args.seed, output_dir=str(folder / "train"), show_progress=False)  # fmt: skip
+            program = cls.load(sft_folder / "program", retriever=bench.retriever, lm=bench.lm())
+            optimizer = SPlanRL(**bench.rl_options(
+                group_size=args.group_size, cold_start="none", num_threads=args.threads, seed=args.seed,
+                output_dir=str(folder / "train"), show_progress=False,
+            ), use_plan_reward=use_plan_reward)  # fmt: skip
             return program.compile(optimizer=optimizer, trainset=bench.train), optimizer
 
         program, minutes, history = bench.trained(folder, cls, train)
@@ -282,6 +331,7 @@ def run_d2plan(bench: Bench) -> None:
             row["full_vs_ablation"] = paired_against(folder / "eval", runs / "splanrl" / "eval")
         row["rl_minutes"] = round(minutes, 2)
         row["steps"] = len(history)
+        row["steps_planned"] = args.rl_steps
         row["curve"] = _curve(
             history, ("reward/mean", "reward/answer", "reward/plan", "plan/sub_questions", "parse/rate", "time/step")
         )
@@ -290,24 +340,23 @@ def run_d2plan(bench: Bench) -> None:
 
 def run_opd(bench: Bench) -> None:
     """The SFT(gold) team, then OPD and the outcome-only ablation from it, one Teacher for both."""
-    from rolecall.lm import LocalLM
     from rolecall.optimizers.opd import OPD, OPDConfig
     from rolecall.optimizers.opd_teacher import OPDTeacher, load_teacher
     from rolecall.programs.registry import build_program, get_program_class
 
     args, runs = bench.args, bench.folder("opd")
     team_cls, cascade_cls = get_program_class("hierarchical_team"), get_program_class("cascaded_team")
-    sft_folder, teacher_folder = runs / "sft_team", runs / "teacher"
+    sft_folder, teacher_folder = bench.warm_folder("opd", "sft_team"), bench.warm_folder("opd", "teacher")
 
     def train_sft() -> tuple[Any, Any]:
-        program = build_program("hierarchical_team", bench.retriever, LocalLM(), parameter_sharing="shared")
+        program = build_program("hierarchical_team", bench.retriever, bench.lm(), parameter_sharing="shared")
         optimizer = sft_optimizer(args, sft_folder / "train", show_progress=False)
         return program.compile(optimizer=optimizer, trainset=bench.train), optimizer
 
     def train_teacher() -> tuple[Any, Any]:
-        cascade = build_program("cascaded_team", bench.retriever, LocalLM(), parameter_sharing="shared")
+        cascade = build_program("cascaded_team", bench.retriever, bench.lm(), parameter_sharing="shared")
         sft = sft_optimizer(args, teacher_folder / "sft", show_progress=False)
-        grpo = OPDTeacher(OPDConfig(group_size=args.group_size, teacher_steps=10_000,
+        grpo = OPDTeacher(OPDConfig(group_size=args.group_size, teacher_steps=args.teacher_steps or 10_000,
                                     teacher_minutes=args.teacher_minutes, num_threads=args.threads, seed=args.seed,
                                     output_dir=str(teacher_folder), show_progress=False))  # fmt: skip
         cascade = cascade.compile(optimizer=sft, trainset=bench.train)
@@ -324,12 +373,13 @@ def run_opd(bench: Bench) -> None:
         folder = runs / name
 
         def train(folder: Path = folder, outcome_only: bool = outcome_only) -> tuple[Any, Any]:
-            lm = LocalLM()
+            lm = bench.lm()
             load_teacher(lm, teacher_folder / "program")  # first: the team's own adapter may share its name
             team = team_cls.load(sft_folder / "program", retriever=bench.retriever, lm=lm)
-            optimizer = OPD(group_size=args.group_size, steps=10_000, time_budget_minutes=args.rl_minutes,
-                            train_teacher=False, outcome_only=outcome_only, num_threads=args.threads, seed=args.seed,
-                            output_dir=str(folder / "train"), show_progress=False)  # fmt: skip
+            optimizer = OPD(**bench.rl_options(
+                group_size=args.group_size, train_teacher=False, num_threads=args.threads, seed=args.seed,
+                output_dir=str(folder / "train"), show_progress=False,
+            ), outcome_only=outcome_only)  # fmt: skip
             return team.compile(optimizer=optimizer, trainset=bench.train), optimizer
 
         program, minutes, history = bench.trained(folder, team_cls, train)
@@ -342,6 +392,7 @@ def run_opd(bench: Bench) -> None:
         row["teacher_minutes"] = round(teacher_minutes, 2)
         row["teacher_curve"] = _curve(teacher_history, ("reward/outcome", "team/searches"))
         row["steps"] = len(history)
+        row["steps_planned"] = args.rl_steps
         row["curve"] = _curve(history, ("reward/outcome", "reward/leader", "team/tool_steps", "team/searches",
                                         "kl/teacher", "time/step"))  # fmt: skip
         bench.record(row)
@@ -397,21 +448,40 @@ def _claims(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def main() -> None:
+    from rolecall.lm.engines import add_engine_argument
+
     parser = bench_parser(__doc__, "bench_rl_family")
     parser.add_argument("--claims", default=",".join(CLAIMS), help=f"comma-separated, from {', '.join(CLAIMS)}")
     parser.add_argument("--test-questions", type=int, default=200, help="held-out test questions (default 200)")
     parser.add_argument("--train-questions", type=int, default=400, help="training questions (default 400)")
     parser.add_argument("--sft-minutes", type=float, default=20.0, help="each SFT(gold) warm start (default 20)")
     parser.add_argument("--epochs", type=float, default=2.0, help="SFT passes over each adapter's samples")
-    parser.add_argument("--rl-minutes", type=float, default=12.0, help="each RL row's wall-clock budget")
+    parser.add_argument("--max-steps", default=None,
+                        help="each SFT(gold) warm start's optimizer steps per adapter, ADAPTER=N,... or N (default: "
+                        "--epochs, with --sft-minutes a ceiling)")  # fmt: skip
+    parser.add_argument("--rl-steps", type=int, default=None,
+                        help="each RL row's optimizer steps (the acceptance runs fix these; default: as many as "
+                        "--rl-minutes allows)")  # fmt: skip
+    parser.add_argument("--rl-minutes", type=float, default=12.0,
+                        help="each RL row's wall-clock budget (with --rl-steps a ceiling)")  # fmt: skip
+    parser.add_argument("--rl-config", action="append", default=[], metavar="FIELD=VALUE",
+                        help="an option of every RL optimizer this run builds (SPlanRLConfig, OPDConfig, "
+                        "SearchR1GRPOConfig fields, e.g. advantage_scale=none, questions_per_step=8); repeatable. "
+                        "Give such a run its own --tag")  # fmt: skip
+    parser.add_argument("--warm-start-tag", default=None, metavar="TAG",
+                        help="start the RL rows from the warm starts (SFT program, OPD Teacher) trained by the run "
+                        "tagged TAG ('' for the untagged one) instead of training this run's own")  # fmt: skip
     parser.add_argument(
         "--search-r1-rows",
         default=",".join(SEARCH_R1_ROWS),
         help=f"Search-R1's trained rows, comma-separated from: {', '.join(SEARCH_R1_ROWS)}",
     )
     parser.add_argument("--teacher-minutes", type=float, default=8.0, help="OPD Stage I GRPO budget (after SFT)")
+    parser.add_argument("--teacher-steps", type=int, default=None,
+                        help="OPD Stage I GRPO steps (default: as many as --teacher-minutes allows)")  # fmt: skip
     parser.add_argument("--group-size", type=int, default=5, help="rollouts per question G (papers: 5)")
     parser.add_argument("--threads", type=int, default=16, help="questions run concurrently (default 16)")
+    add_engine_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world and the optimizers")
     parser.add_argument("--world-test", type=int, default=300,
                         help="size of the synthetic world's test split (default 300; 500 for the paired acceptance "
@@ -434,14 +504,20 @@ def main() -> None:
     if set(chosen) - set(CLAIMS) or not chosen:
         parser.error(f"--claims takes {', '.join(CLAIMS)}; got {args.claims!r}")
 
+    from rolecall.errors import ConfigError
     from rolecall.utils.logs import quiet_repeated_warnings
 
     quiet_repeated_warnings()
     bench = Bench(args)
     runners = {"search_r1": run_search_r1, "d2plan": run_d2plan, "opd": run_opd}
-    for claim in chosen:
-        print(f"== {claim}", flush=True)
-        runners[claim](bench)
+    try:
+        for claim in chosen:
+            print(f"== {claim}", flush=True)
+            runners[claim](bench)
+    except ConfigError as err:
+        raise SystemExit(f"bench_rl_family: {err}") from None
+    finally:
+        bench.close()
     print(table(bench.rows))
     print("\n".join(claims(bench.rows)))
 

@@ -40,7 +40,6 @@ single-stage baseline that trains all roles at once from the same start.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import random
@@ -55,6 +54,7 @@ from rolecall.errors import ConfigError
 from rolecall.optimizers.core.base import WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.grpo.advantages import AdvantageScale, all_equal, group_advantages
+from rolecall.optimizers.core.policy_update import policy_passes
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.stage import Stage, StepContext
 from rolecall.optimizers.mapgrpo_config import MAPGRPOConfig
@@ -172,8 +172,7 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
                 temperature=cfg.temperature,
                 tis_cap=cfg.tis_cap,
                 ref_adapter=ref_adapter,
-                lr_schedule=cfg.lr_schedule,
-                lr_warmup_steps=cfg.lr_warmup_steps,
+                **cfg.trainer_fields(),
             )
             stages.append(Stage(name=role, adapter=adapter, steps=cfg.steps[role], trainer=trainer,
                                 roles=(role,)))  # fmt: skip
@@ -399,15 +398,7 @@ class MAPGRPO(WeightOptimizer[list[RoleInput], Rollouts, Executed]):
         With several passes, pi_old is the trainer's own forward before the first one (``trainer.policy_logps``,
         stored as ``old_logps``), so the first pass's ratio is exactly 1 and the later ones clip against it; the
         sampler's log-probs only weigh the advantages (truncated importance sampling, ``tis_cap``)."""
-        iterations = self.mapgrpo_config.num_iterations
-        if iterations > 1 and samples:
-            olds = trainer.policy_logps(samples)
-            samples = [dataclasses.replace(s, old_logps=old) if s.completion_ids else s
-                       for s, old in zip(samples, olds, strict=True)]  # fmt: skip
-        results = [trainer.step(samples) for _ in range(iterations)]
-        merged = dict(results[-1])
-        merged["train/optimizer_steps"] = sum(r.get("train/optimizer_steps", 0.0) for r in results)
-        return merged
+        return policy_passes(trainer, samples, self.mapgrpo_config.num_iterations)
 
     def _role_views(self, program: Any) -> dict[str, Any]:
         roles = program.roles

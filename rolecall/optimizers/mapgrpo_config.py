@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rolecall.errors import ConfigError
-from rolecall.optimizers.core.config import LRSchedule
 from rolecall.optimizers.core.grpo.advantages import AdvantageScale
+from rolecall.optimizers.core.policy_update import PolicyUpdateOptions
 from rolecall.optimizers.core.run_config import RunConfig
 from rolecall.optimizers.rewards.opera import (
     AnalysisRewardWeights,
@@ -28,7 +28,7 @@ STAGE_ORDER = (*OPERA_ROLES, "synthesis")
 
 
 @dataclass(kw_only=True)
-class MAPGRPOConfig(RunConfig):
+class MAPGRPOConfig(PolicyUpdateOptions, RunConfig):
     """Settings of Multi-Agents Progressive GRPO (OPERA, arXiv 2508.16438, Sec. 4). The run settings (``output_dir``,
     ``seed``, ``resume``, ``num_threads``: program runs at once, ``time_budget_minutes``: the whole compile's budget,
     each stage getting a share proportional to its steps, ``show_progress``) are
@@ -103,12 +103,6 @@ class MAPGRPOConfig(RunConfig):
     advantage_scale: AdvantageScale = "none"
     """``"none"``: A = r - mean (the paper's Eq. 2); ``"std"``: divided by the group's standard deviation (GRPO); with
     c_best outside the baseline, the whole group's (c_best included), so a group whose samples agree stays bounded."""
-    lr_schedule: LRSchedule = "constant"
-    """``constant``: every step at the role's learning rate; ``linear``: it decays to 0 over the stage's steps (or its
-    share of the time budget)."""
-    lr_warmup_steps: int = option(0, low=0)
-    """Optimizer steps over which the learning rate rises linearly from ``lr / (lr_warmup_steps + 1)`` to ``lr``, at the
-    start of each stage (0: none)."""
     skip_groups: SkipGroups = "on_policy"
     """Which groups carry no signal and are skipped (counted in ``groups/skipped``, no forward pass): ``"on_policy"``
     (default) when the G-1 policy samples all score the same; ``"with_expert"`` only when c_best scores the same as
@@ -133,11 +127,6 @@ class MAPGRPOConfig(RunConfig):
     trains something: an on-policy sample with a non-zero advantage, or c_best under ``expert_gradient`` (a group
     whose samples all miss still teaches the expert). With the defaults a stage ends after 5 steps in which at most 1
     of 20 groups taught anything."""
-    num_iterations: int = option(1, low=1)
-    """Optimizer passes over one step's samples (PPO epochs; TRL's ``num_iterations``). With 1, pi_old in the ratio is
-    the detached current policy (exactly on-policy, ratio 1); above 1, pi_old is the trainer's own forward before the
-    first pass, so the later passes are clipped against the policy that sampled (never the sampler's log-probs: see
-    ``tis_cap``)."""
     tis_cap: float | None = option(2.0, low=1e-6)
     """Truncated importance sampling of the sampler/trainer mismatch (see
     :attr:`rolecall.optimizers.core.config.TrainerConfig.tis_cap`): each token's advantage is weighted by

@@ -78,6 +78,7 @@ from rolecall.optimizers.core import distributed
 from rolecall.optimizers.core.base import WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.grpo.advantages import all_equal
+from rolecall.optimizers.core.policy_update import policy_passes
 from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.stage import Stage, StepContext
@@ -267,6 +268,7 @@ class OPD(WeightOptimizer[list[GoldRecord], TeamRollouts, TeamRollouts]):
                                                          searcher_calls=student.max_steps * student.max_subtasks),
             epsilon=cfg.epsilon,
             temperature=cfg.temperature,
+            **cfg.trainer_fields(),
         )  # fmt: skip
         return [Stage(name=adapter, adapter=adapter, steps=cfg.steps, trainer=trainer, roles=tuple(roles))
                 for adapter, roles in student.adapter_roles().items()]  # fmt: skip
@@ -302,6 +304,10 @@ class OPD(WeightOptimizer[list[GoldRecord], TeamRollouts, TeamRollouts]):
                    "groups/total": float(len(team_rollouts.batch)), **stats.metrics(),
                    **advantage_metrics(samples)}  # fmt: skip
         return samples, metrics
+
+    def update(self, ctx: StepContext, samples: list[TrainingSample], trainer: Any) -> dict[str, float]:
+        """``num_iterations`` optimizer passes over the step's samples (:func:`policy_passes`)."""
+        return policy_passes(trainer, samples, self.opd_config.num_iterations)
 
     def group_samples(
         self,

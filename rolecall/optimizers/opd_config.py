@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core.grpo.advantages import AdvantageScale
+from rolecall.optimizers.core.policy_update import PolicyUpdateOptions
 from rolecall.optimizers.core.run_config import RunConfig
 from rolecall.optimizers.rewards.team import KLEstimator, KLReduction, TeamRewardWeights
 from rolecall.programs.core.options import option
@@ -20,7 +21,7 @@ KL_ROLES = ("leader", "answerer")
 
 
 @dataclass(kw_only=True)
-class OPDConfig(RunConfig):
+class OPDConfig(PolicyUpdateOptions, RunConfig):
     """Settings of :class:`~rolecall.optimizers.opd.OPD` (the loop settings ``num_threads``,
     ``time_budget_minutes`` (Stage II), ``seed``, ``output_dir`` (Stage I writes to ``<output_dir>/teacher``),
     ``resume``, ``show_progress`` are :class:`RunConfig`)."""

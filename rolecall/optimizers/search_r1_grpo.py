@@ -45,6 +45,7 @@ from rolecall.optimizers.core.base import WeightOptimizer
 from rolecall.optimizers.core.config import TrainerConfig
 from rolecall.optimizers.core.grpo.advantages import AdvantageScale, all_equal, group_advantages
 from rolecall.optimizers.core.grpo.loss import LossType
+from rolecall.optimizers.core.policy_update import PolicyUpdateOptions, policy_passes
 from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.run_config import RunConfig
 from rolecall.optimizers.core.sample import TrainingSample
@@ -65,7 +66,7 @@ ROLE = "agent"
 
 
 @dataclass(kw_only=True)
-class SearchR1GRPOConfig(RunConfig):
+class SearchR1GRPOConfig(PolicyUpdateOptions, RunConfig):
     """Settings of Search-R1's plain GRPO (arXiv 2503.09516; validated on construction). The run settings
     (``output_dir``, ``seed``, ``resume``, ``num_threads``: rollouts run concurrently, ``time_budget_minutes``,
     ``show_progress``) are :class:`~rolecall.optimizers.core.run_config.RunConfig`'s."""
@@ -222,6 +223,7 @@ class SearchR1GRPO(WeightOptimizer[list[GoldRecord], AgentRollouts, AgentRollout
             max_completion_length=self._max_tokens(),
             temperature=cfg.temperature,
             ref_adapter=ref_adapter,
+            **cfg.trainer_fields(),
         )
         return [Stage(name=ROLE, adapter=adapter, steps=cfg.steps, trainer=trainer, roles=(ROLE,))]
 
@@ -267,6 +269,10 @@ class SearchR1GRPO(WeightOptimizer[list[GoldRecord], AgentRollouts, AgentRollout
             "rollouts/count": float(len(total)),
         }
         return samples, metrics
+
+    def update(self, ctx: StepContext, samples: list[TrainingSample], trainer: Any) -> dict[str, float]:
+        """``num_iterations`` optimizer passes over the step's samples (:func:`policy_passes`)."""
+        return policy_passes(trainer, samples, self.grpo_config.num_iterations)
 
     def reward(self, trajectory: Trajectory, record: GoldRecord) -> dict[str, float]:
         """The reward terms of one rollout (``reward/total`` is r_i): EM of the final answer minus the format

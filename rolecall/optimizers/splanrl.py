@@ -45,6 +45,7 @@ from rolecall.evaluation.metrics import exact_match
 from rolecall.optimizers.core.base import RunConfig, WeightOptimizer
 from rolecall.optimizers.core.config import LORA_LEARNING_RATE, TrainerConfig
 from rolecall.optimizers.core.grpo.advantages import AdvantageScale, all_equal, group_advantages
+from rolecall.optimizers.core.policy_update import PolicyUpdateOptions, policy_passes
 from rolecall.optimizers.core.role_sampling import role_lm_overrides
 from rolecall.optimizers.core.sample import TrainingSample
 from rolecall.optimizers.core.samples import samples_from_trajectory
@@ -75,7 +76,7 @@ no cold start."""
 
 
 @dataclass(kw_only=True)
-class SPlanRLConfig(RunConfig):
+class SPlanRLConfig(PolicyUpdateOptions, RunConfig):
     """Settings of :class:`SPlanRL` (the loop settings ``num_threads``, ``time_budget_minutes`` (the GRPO stage),
     ``seed``, ``output_dir``, ``resume``, ``show_progress`` are :class:`RunConfig`)."""
 
@@ -320,6 +321,7 @@ class SPlanRL(WeightOptimizer[list[Example], ReasonerRollouts, ReasonerRollouts]
             max_completion_length=max(max_tokens),
             temperature=cfg.temperature,
             ref_adapter=ref_adapter,
+            **cfg.trainer_fields(),
         )
         return [Stage(name="reasoner", adapter=adapter, steps=cfg.steps, trainer=trainer, roles=roles)]
 
@@ -378,3 +380,7 @@ class SPlanRL(WeightOptimizer[list[Example], ReasonerRollouts, ReasonerRollouts]
             "groups/total": float(len(rollouts.batch)),
         })  # fmt: skip
         return samples, metrics
+
+    def update(self, ctx: StepContext, samples: list[TrainingSample], trainer: Any) -> dict[str, float]:
+        """``num_iterations`` optimizer passes over the step's samples (:func:`policy_passes`)."""
+        return policy_passes(trainer, samples, self.splanrl_config.num_iterations)
