@@ -16,6 +16,11 @@ Each row: EM with a question-bootstrap 95% interval, F1, training minutes, promp
 tokens per question, and for STRIDE-FT what each selection rule selected. Results go to
 ``benchmarks/results/bench_offline.json`` (rows for other programs and methods are kept).
 
+Each STRIDE-FT row is judged against its warm start (the SFT(gold) row's evaluation, ``<runs>/stride/sft_eval``) by the
+paired comparison, and the legs row against the full row (under the table; positive: DPO on top helps, the paper's
+direction). ``--world-test 500 --test-questions 500`` evaluates on bench_compile's 500 held-out questions, where that
+script's SFT(gold) STRIDE row was trained and evaluated with the same flags; ``--engine`` picks LocalLM or vLLM.
+
 Levers: ``--ft-config FIELD=VALUE`` sets a ``STRIDEFTConfig`` field (``dpo_learning_rate=5e-4``, ``epochs=4``,
 ``pairs_per_question=3``); such rows carry the fields in their name and folder, and train on the default row's
 samples unless a field changes the collection. ``--resume`` reuses finished trainings and half-done evaluations.
@@ -34,12 +39,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench_compile import RUNS, _earlier_rows, _key, _row, table
+from bench_compile import RUNS, _against_warm_start, _earlier_rows, _key, _row, table
 
 from _common import (
     bench_parser,
     fields_label,
     finished_training,
+    paired_against,
+    paired_cell,
     parse_fields,
     trained_once,
     training_extra,
@@ -95,7 +102,7 @@ def stride_rows(
     program again, and its collection minutes are that row's.
     """
     from rolecall.errors import ConfigError
-    from rolecall.lm import LocalLM
+    from rolecall.lm.engines import make_lm
     from rolecall.optimizers import STRIDEFT, STRIDEFTConfig
     from rolecall.optimizers.core.samples import load_samples, save_samples
     from rolecall.optimizers.stride_ft.optimizer import _leg
@@ -109,7 +116,7 @@ def stride_rows(
     runs_from = args.runs_from.resolve() if args.runs_from else None
 
     def load_stride(path: Path) -> Any:
-        return STRIDE.load(path, retriever=retriever, lm=LocalLM())
+        return STRIDE.load(path, retriever=retriever, lm=make_lm(engine=args.engine))
 
     wanted = {r.strip() for r in args.stride_rows.split(",") if r.strip()}
     for kind, legs in (("full", None), ("legs", ("supervisor", "extractor", "reasoner"))):
@@ -166,7 +173,20 @@ def stride_rows(
         (out / "collection.json").write_text(json.dumps({"selection": selection, "collect_minutes": collect}) + "\n")
         row["ft_steps"] = {s: max((r["step"] for r in history if r["stage"] == s), default=0)
                            for s in dict.fromkeys(r["stage"] for r in history)}  # fmt: skip
+        versus = _against_warm_start(warm, out / "eval")
+        if versus is not None:
+            row["vs_warm_start"] = versus
+        if legs is not None and (full_out / "eval" / "records.jsonl").is_file():  # the paper's direction: full > legs
+            row["full_vs_ablation"] = paired_against(out / "eval", full_out / "eval")
         yield row
+
+
+def ablation_lines(rows: list[dict[str, Any]]) -> str:
+    """Under the table: each STRIDE-FT legs row's paired comparison with its full row (positive: the full method,
+    DPO on top, is better, the paper's direction)."""
+    lines = [f"- {r['method']} -> its full row: {paired_cell(r['full_vs_ablation'])}"
+             for r in rows if r.get("full_vs_ablation")]  # fmt: skip
+    return ("\n" + "\n".join(lines) + "\n") if lines else ""
 
 
 def _collection(folder: Path) -> tuple[dict[str, Any], float]:
@@ -186,6 +206,8 @@ def _collect_minutes(folder: Path) -> float:
 
 
 def main() -> None:
+    from rolecall.lm.engines import add_engine_argument
+
     parser = bench_parser(__doc__, "bench_offline")
     parser.add_argument("--methods", default="stride_ft,multitask", help="comma-separated: stride_ft, multitask")
     parser.add_argument("--test-questions", type=int, default=200, help="held-out test questions (default 200)")
@@ -198,6 +220,10 @@ def main() -> None:
     parser.add_argument("--warm-start", type=Path, default=None, help="the SFT(gold) STRIDE program to tune")
     parser.add_argument("--threads", type=int, default=16, help="questions evaluated concurrently (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
+    parser.add_argument("--world-test", type=int, default=300,
+                        help="size of the synthetic world's test split (default 300; 500 for the paired acceptance "
+                        "runs, as bench_compile's, whose SFT(gold) rows these start from)")  # fmt: skip
+    add_engine_argument(parser)
     parser.add_argument("--ft-config", action="append", default=[], metavar="FIELD=VALUE",
                         help="a STRIDEFTConfig field, a JSON value (e.g. dpo_learning_rate=5e-4, epochs=4): rows of "
                         "their own; without collection fields they train on the default row's samples")  # fmt: skip
@@ -228,7 +254,7 @@ def main() -> None:
     from rolecall.utils.logs import quiet_repeated_warnings
 
     quiet_repeated_warnings()
-    world = synthetic_world(seed=args.seed)
+    world = synthetic_world(seed=args.seed, n_test=args.world_test)
     test, train = world.test[: args.test_questions], world.train[: args.train_questions]
     retriever = BM25(world.corpus)
     runs = args.runs
@@ -239,7 +265,7 @@ def main() -> None:
         rows[:] = [r for r in _earlier_rows(Path(args.out)) if _key(r) != _key(row)] + [row]
         print(table([row]), flush=True)
         out = write_results({"rows": rows, "table": table(rows)}, args)
-        out.with_suffix(".md").write_text(table(rows))
+        out.with_suffix(".md").write_text(table(rows) + ablation_lines(rows))
 
     if "stride_ft" in methods:
         warm = args.warm_start or runs / "stride" / "sft" / "program"
