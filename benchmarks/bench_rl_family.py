@@ -177,10 +177,9 @@ class Bench:
     def lm(self) -> Any:
         """A generation engine for the next program (``--engine``: LocalLM or vLLM); the previous one is stopped first,
         so at most one vLLM engine process runs at a time."""
-        from rolecall.lm.engines import close_lm, make_lm
+        from rolecall.lm.engines import make_lm
 
-        if self._lm is not None:
-            close_lm(self._lm)
+        self.close()
         self._lm = make_lm(engine=self.args.engine)
         return self._lm
 
