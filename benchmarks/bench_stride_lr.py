@@ -104,7 +104,7 @@ def main() -> None:
         args.max_steps, args.epochs, args.budget_minutes = args.sft_max_steps, 1000.0, 60.0
 
         def train_sft() -> tuple[Any, Any]:
-            sft = sft_optimizer(args, folder)
+            sft = sft_optimizer(args, folder, resume=True)  # a killed sweep picks its warm start up again
             return STRIDE(retriever, lm=make_lm(engine="local")).compile(optimizer=sft, trainset=world.train), sft
 
         trained_once(folder, load, train_sft, reuse=finished_training(folder))
