@@ -3,8 +3,10 @@ SFT -> SFT + MAPGRPO.
 
 Builds the synthetic world, evaluates prompt-only OPERA (built-in demos) on held-out test questions, compiles it with
 SFT on gold-path targets for a fixed number of steps per adapter (:data:`DEMO_SFT_STEPS`; each role's adapter trained
-demo-free), evaluates it, trains it further with MAPGRPO (paper Eq. 11: c_best enters each group's baseline and gets no
-gradient) for a fixed number of steps per stage (:data:`DEMO_RL_STEPS`), evaluates it again and writes everything to
+demo-free), evaluates it, trains the plan role further with MAPGRPO in issue 55's recipe (:data:`DEMO_RL_RECIPE`: plans
+judged against gold instead of executed, c_best with a gradient and outside the baseline, T = 0.8, warm-up and linear
+decay, two passes a step) for a fixed number of steps (:data:`DEMO_RL_STEPS`), evaluates it again, judges each rung
+against the one before it on the same questions (won / lost, paired interval) and writes everything to
 ``runs/<timestamp>/``: ``before/``, ``after_sft/`` and ``after/`` (per-question records with trajectories,
 summaries), ``sft/`` (samples, ``metrics.jsonl``, ``summary.json``: steps planned and run, checkpoints, ``loss.png``:
 the loss curve per adapter), ``mapgrpo/`` (the same), ``training_curve.png`` (the reward per MAPGRPO stage),
@@ -29,6 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 from rolecall.demo_steps import (
     DEMO_COLLECT_QUESTIONS,
+    DEMO_PLAN_LEARNING_RATE,
+    DEMO_PLAN_WEIGHTS,
+    DEMO_RL_GROUP_SIZE,
+    DEMO_RL_RECIPE,
     DEMO_RL_STEPS,
     DEMO_SCRATCH_RL_STEPS,
     DEMO_SFT_STEPS,
@@ -109,8 +115,8 @@ class DemoConfig:
     the plan adapter near 85 steps, decaying the rate over so few left the plans unlearned (EM 8.3 -> 8.3 with
     ``linear``; 8.3 -> 25.0 at a constant rate). Over ~180 plan steps ``linear`` is the better one: 0.410 against
     0.300 EM in ``benchmarks/bench_compile.py``."""
-    group_size: int = 4
-    """G of MAPGRPO (including c_best)."""
+    group_size: int = DEMO_RL_GROUP_SIZE
+    """G of MAPGRPO (including c_best): 5, as issue 55's recipe was measured."""
     threads: int = 24
     """Concurrent questions (their LM calls are batched together)."""
     out: Path | None = None
@@ -172,7 +178,8 @@ def estimate_minutes(config: DemoConfig) -> float:
         scratch = config.chain[0] == "mapgrpo"
         costs = SCRATCH_RL_STEP_SECONDS if scratch else RL_STEP_SECONDS
         collect = SCRATCH_RL_COLLECT_SECONDS if scratch else RL_COLLECT_SECONDS
-        seconds += sum(costs[s] * n + collect for s, n in config.planned_rl_steps.items())
+        seconds += sum(costs[s] * n + (collect if scratch or s != "plan" else 0.0)
+                       for s, n in config.planned_rl_steps.items())  # fmt: skip
     return seconds / 60.0
 
 
@@ -183,8 +190,9 @@ def demo_optimizer(name: str, config: DemoConfig, out: Path, *, warm: bool) -> W
         name: ``"sft"`` or ``"mapgrpo"``.
         config: the demo's settings (their steps per adapter / stage).
         out: the run directory; the optimizer writes under ``out / name``.
-        warm: MAPGRPO on SFT's roles (the paper's Eq. 11: c_best gets no gradient); False runs it from the untrained
-            roles with off-policy guidance.
+        warm: MAPGRPO on SFT's roles, in issue 55's recipe (:data:`DEMO_RL_RECIPE`, the stages ``rl_steps`` names;
+            the recipe's settings that concern one stage, such as the plan reward, touch only that stage); False runs
+            it from the untrained roles with off-policy guidance and the library's other defaults.
 
     Returns:
         An :class:`~rolecall.optimizers.SFT` or :class:`~rolecall.optimizers.MAPGRPO`.
@@ -202,18 +210,29 @@ def demo_optimizer(name: str, config: DemoConfig, out: Path, *, warm: bool) -> W
             show_progress=config.show_progress,
         )
     from rolecall.optimizers import MAPGRPO, MAPGRPOConfig
+    from rolecall.optimizers.rewards.opera import PlanRewardWeights
 
+    steps = config.planned_rl_steps
+    common: dict[str, Any] = {
+        "steps": steps,
+        "stages": tuple(s for s in RL_STAGES if s in steps),
+        "collect_questions": DEMO_COLLECT_QUESTIONS,
+        "stage_patience": 0,  # the demo's work is its fixed steps: no stage ends early (docs/demo.md's timings)
+        "output_dir": out / "mapgrpo",
+        "seed": config.seed,
+        "num_threads": config.threads,
+        "show_progress": config.show_progress,
+    }
+    if not warm:  # from the untrained roles: off-policy guidance on the demo prompts, every stage
+        return MAPGRPO(MAPGRPOConfig(group_size=config.group_size, expert_gradient=True, **common))
+    rates = {**MAPGRPOConfig().learning_rate, "plan": DEMO_PLAN_LEARNING_RATE}
     return MAPGRPO(
         MAPGRPOConfig(
             group_size=config.group_size,
-            steps=config.planned_rl_steps,
-            collect_questions=DEMO_COLLECT_QUESTIONS,
-            stage_patience=0,  # the demo's work is its fixed steps: no stage ends early (docs/demo.md's timings)
-            expert_gradient=not warm,
-            output_dir=out / "mapgrpo",
-            seed=config.seed,
-            num_threads=config.threads,
-            show_progress=config.show_progress,
+            learning_rate=rates,
+            plan_weights=PlanRewardWeights(**DEMO_PLAN_WEIGHTS),
+            **DEMO_RL_RECIPE,  # type: ignore[arg-type]
+            **common,
         )
     )
 

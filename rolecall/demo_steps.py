@@ -11,6 +11,10 @@ from rolecall.errors import ConfigError
 
 __all__ = [
     "DEMO_COLLECT_QUESTIONS",
+    "DEMO_PLAN_LEARNING_RATE",
+    "DEMO_PLAN_WEIGHTS",
+    "DEMO_RL_GROUP_SIZE",
+    "DEMO_RL_RECIPE",
     "DEMO_RL_STEPS",
     "DEMO_SCRATCH_RL_STEPS",
     "DEMO_SFT_STEPS",
@@ -30,11 +34,36 @@ DEMO_SFT_STEPS: dict[str, int] = {"plan": 112, "analysis": 75, "synthesis": 19, 
 on a 2-core machine. That budget stopped every adapter at the same fraction of the caps plan 240 / analysis 160 /
 synthesis 40 / rewrite 6 (SFT's interleaved schedule); at :data:`SFT_STEP_SECONDS` those caps take 917 s, so 420 s
 reach 0.46 of each, about 7/15: these (~7.2 minutes). Plans and passage reading get the most steps."""
-DEMO_RL_STEPS: dict[str, int] = {"plan": 2, "analysis": 8, "rewrite": 3}
-"""MAPGRPO optimizer steps per stage after SFT (G = 4, 4 inputs a step): what the demo's former 8-minute MAPGRPO
-budget fitted alone on the machine (docs/demo.md: the ladder's 24m48s run of 2026-12-04, 2 plan, 8 analysis and 3
-rewrite steps; the budget's split by measured cost stopped the plan stage after 2 of its 4 planned steps). At
-:data:`RL_STEP_SECONDS` with each stage's input collection they take ~6.8 minutes."""
+DEMO_RL_STEPS: dict[str, int] = {"plan": 8}
+"""MAPGRPO optimizer steps per stage after SFT: the plan stage only, with issue 55's recipe (:data:`DEMO_RL_RECIPE`;
+G = 5, 4 inputs a step, two GRPO passes a step). That recipe beat its SFT warm start by +6.0 EM (paired 95% interval
++3.2 .. +9.0) on 500 questions in 52 steps (docs/opera-mapgrpo.md); the demo runs 8 of them, which moves few answers
+on its 24 questions and shows the stage, its curve and the paired judgement. The former rung (2 plan steps executing
+their plans, 8 analysis and 3 rewrite steps, the paper's Eq. 11) took 10.5 minutes and changed no answer."""
+DEMO_RL_RECIPE: dict[str, object] = {
+    "plan_logic": "gold",
+    "execute_plans": False,
+    "expert_gradient": True,
+    "expert_in_baseline": False,
+    "temperature": 0.8,
+    "lr_warmup_steps": 2,
+    "lr_schedule": "linear",
+    "num_iterations": 2,
+    "inputs_per_step": 4,
+}
+"""The MAPGRPO settings of the demo's rung on SFT's roles: issue 55's best row (docs/opera-mapgrpo.md, "Where issue
+55 ends"). The plan is judged against the gold decomposition instead of executed downstream (no 40-90 s of plan
+execution a step), c_best gets a gradient (off-policy guidance) and stays out of the group baseline, sampling at
+T = 0.8, a 2-step warm-up then linear decay, two PPO passes a step. Its plan weights and rate are
+:data:`DEMO_PLAN_WEIGHTS` and :data:`DEMO_PLAN_LEARNING_RATE`."""
+DEMO_PLAN_WEIGHTS: dict[str, float] = {
+    "logic": 0.6, "feasibility": 0.1, "execution": 0.0, "efficiency": 0.1, "placeholder": 0.2
+}  # fmt: skip
+"""The plan reward's weights in the demo's recipe: no execution term (plans are not executed), logic against gold."""
+DEMO_PLAN_LEARNING_RATE = 5e-4
+"""The plan adapter's AdamW rate in the recipe (the library default is 2e-4)."""
+DEMO_RL_GROUP_SIZE = 5
+"""G of the demo's MAPGRPO (c_best and 4 samples), as the recipe was measured."""
 DEMO_COLLECT_QUESTIONS = 12
 """Training questions MAPGRPO runs to collect the analysis and rewrite stages' inputs in the demo: the 12 its step
 costs and table were measured with (``MAPGRPOConfig.collect_questions`` defaults to 100, whose collection alone would
@@ -47,12 +76,15 @@ SFT_STEP_SECONDS: dict[str, float] = {"plan": 1.55, "analysis": 2.95, "synthesis
 """Seconds per SFT step on an idle 2-core machine (embedded model, trained prompts): the latest OPERA SFT(gold) row
 of ``benchmarks/results/bench_compile.json`` (``time/step`` 1.4 / 2.8 / 1.4 / 1.7 s) plus the ~0.15 s checkpoint each
 step writes (that row's 15.2 training minutes less its summed step times, over its 393 steps)."""
-RL_STEP_SECONDS: dict[str, float] = {"plan": 51.3, "analysis": 16.6, "rewrite": 16.9}
-"""Seconds per MAPGRPO step on the SFT-trained roles, alone on a 2-core machine (``bench_compile.json``, the rung with
-shared sub-goals: G = 4, 4 inputs a step; the plan step executes its candidate plans downstream)."""
+RL_STEP_SECONDS: dict[str, float] = {"plan": 44.0, "analysis": 16.6, "rewrite": 16.9}
+"""Seconds per MAPGRPO step on the SFT-trained roles, alone on a 2-core machine. Plan: the recipe's step
+(:data:`DEMO_RL_RECIPE`, G = 5, 4 inputs, two passes; 16 s generating, 28 s updating: the 52-step row of
+``benchmarks/results/bench_rl_plan_judge.json``). Analysis and rewrite (G = 4, 4 inputs a step, one pass): the rung
+with shared sub-goals in ``bench_compile.json``."""
 RL_COLLECT_SECONDS = 40.0
-"""Seconds a MAPGRPO stage spends collecting its inputs on the trained roles (12 questions run through the program):
-that rung's 20.7 training minutes less its summed step times, over its 3 stages."""
+"""Seconds the analysis or rewrite stage spends collecting its inputs on the trained roles (12 questions run through
+the program): that rung's 20.7 training minutes less its summed step times, over its 3 stages. The plan stage
+collects nothing (its inputs are the training questions)."""
 SCRATCH_RL_STEP_SECONDS: dict[str, float] = {"plan": 213.7, "analysis": 158.8, "rewrite": 99.0}
 """Seconds per MAPGRPO step on the untrained roles' demo prompts (``benchmarks/results/bench_mapgrpo.json``)."""
 SCRATCH_RL_COLLECT_SECONDS = 218.0

@@ -18,7 +18,7 @@ from rolecall.demo import (
     plot_training_curve,
     run_demo,
 )
-from rolecall.demo_steps import DEMO_RL_STEPS, DEMO_SCRATCH_RL_STEPS, DEMO_SFT_STEPS
+from rolecall.demo_steps import DEMO_RL_STEPS, DEMO_SCRATCH_RL_STEPS, DEMO_SFT_STEPS, RL_STEP_SECONDS
 from rolecall.errors import ConfigError
 from rolecall.optimizers.core.base import WeightOptimizer
 
@@ -86,9 +86,16 @@ def test_demo_optimizers_are_step_bounded_not_time_bounded(tmp_path):
     assert sft.sft_config.max_steps == DEMO_SFT_STEPS == {"plan": 112, "analysis": 75, "synthesis": 19, "rewrite": 3}
     assert sft.sft_config.time_budget_minutes is None and sft.config.time_budget_s is None
     rl = demo_optimizer("mapgrpo", config, tmp_path, warm=True)
-    assert rl.mapgrpo_config.steps == DEMO_RL_STEPS == {"plan": 2, "analysis": 8, "rewrite": 3}
+    assert rl.mapgrpo_config.steps == DEMO_RL_STEPS == {"plan": 8} and rl.mapgrpo_config.stages == ("plan",)
     assert rl.mapgrpo_config.time_budget_minutes is None and rl.config.time_budget_s is None
-    assert not rl.mapgrpo_config.expert_gradient  # the paper's Eq. 11 on SFT's roles
+    # issue 55's recipe on SFT's roles: plans judged against gold, not executed; c_best guides, outside the baseline
+    recipe = rl.mapgrpo_config
+    assert (recipe.plan_logic, recipe.execute_plans, recipe.expert_gradient, recipe.expert_in_baseline) == (
+        "gold", False, True, False)  # fmt: skip
+    assert (recipe.temperature, recipe.num_iterations, recipe.lr_schedule, recipe.lr_warmup_steps) == (
+        0.8, 2, "linear", 2)  # fmt: skip
+    assert recipe.learning_rate["plan"] == 5e-4 and recipe.group_size == 5 and recipe.plan_weights.execution == 0.0
+    assert recipe.plan_weights.logic == 0.6 and recipe.plan_weights.placeholder == 0.2
     scratch = demo_optimizer("mapgrpo", DemoConfig(optimizer="mapgrpo"), tmp_path, warm=False)
     assert scratch.mapgrpo_config.steps == DEMO_SCRATCH_RL_STEPS and scratch.config.time_budget_s is None
     assert scratch.mapgrpo_config.expert_gradient
@@ -96,27 +103,33 @@ def test_demo_optimizers_are_step_bounded_not_time_bounded(tmp_path):
     override = DemoConfig(sft_steps={"analysis": 5}, rl_steps={"plan": 4})
     assert demo_optimizer("sft", override, tmp_path, warm=False).sft_config.max_steps == {**DEMO_SFT_STEPS,
                                                                                           "analysis": 5}  # fmt: skip
-    assert demo_optimizer("mapgrpo", override, tmp_path, warm=True).mapgrpo_config.steps == {**DEMO_RL_STEPS,
-                                                                                             "plan": 4}  # fmt: skip
+    assert demo_optimizer("mapgrpo", override, tmp_path, warm=True).mapgrpo_config.steps == {"plan": 4}
+    # a stage the recipe does not train by default runs when named, after the plan stage
+    more = demo_optimizer("mapgrpo", DemoConfig(rl_steps={"analysis": 2}), tmp_path, warm=True).mapgrpo_config
+    assert more.stages == ("plan", "analysis") and more.steps == {"plan": 8, "analysis": 2}
 
 
 def test_the_time_estimate_is_the_step_costs_times_the_steps():
     """The default ladder on an idle 2-core machine, by hand: 3 evaluations x 24 questions x 8.5 s = 612 s; SFT
-    112 x 1.55 + 75 x 2.95 + 19 x 1.55 + 3 x 1.85 = 429.85 s; MAPGRPO 2 x 51.3 + 8 x 16.6 + 3 x 16.9 + 3 x 40 s of
-    collection = 406.1 s; 1447.95 s = 24.1 minutes, inside the demo's 30."""
-    assert estimate_minutes(DemoConfig()) == pytest.approx(1447.95 / 60)
+    112 x 1.55 + 75 x 2.95 + 19 x 1.55 + 3 x 1.85 = 429.85 s; MAPGRPO 8 plan steps x RL_STEP_SECONDS["plan"], no
+    collection (the plan stage's inputs are the training questions); an analysis stage adds its steps and 40 s of
+    collection."""
+    plan = RL_STEP_SECONDS["plan"]
+    assert estimate_minutes(DemoConfig()) == pytest.approx((612 + 429.85 + 8 * plan) / 60)
+    assert estimate_minutes(DemoConfig()) < 26  # with setup, inside the demo's 30 minutes
     assert estimate_minutes(DemoConfig(optimizer="sft")) == pytest.approx((2 * 24 * 8.5 + 429.85) / 60)
-    assert estimate_minutes(DemoConfig(sft_steps={"plan": 224})) == pytest.approx((1447.95 + 112 * 1.55) / 60)
+    assert estimate_minutes(DemoConfig(sft_steps={"plan": 224})) == pytest.approx(
+        (612 + 429.85 + 8 * plan + 112 * 1.55) / 60)  # fmt: skip
+    assert estimate_minutes(DemoConfig(rl_steps={"analysis": 2})) == pytest.approx(
+        (612 + 429.85 + 8 * plan + 2 * 16.6 + 40) / 60)  # fmt: skip
 
 
 def test_the_estimate_is_printed_before_anything_loads(tmp_path, capsys):
     """The estimate comes first: here the model then fails to load, and the estimate was already on stdout."""
     assert main(["demo", "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "run"), "--no-progress"]) == 1
     out, err = capsys.readouterr()
-    assert (
-        "SFT plan=112 analysis=75 synthesis=19 rewrite=3 steps, then MAPGRPO plan=2 analysis=8 rewrite=3 steps" in out
-    )
-    assert "about 24 minutes on an idle 2-core machine" in out and "no-model" in err
+    assert "SFT plan=112 analysis=75 synthesis=19 rewrite=3 steps, then MAPGRPO plan=8 steps" in out
+    assert f"about {estimate_minutes(DemoConfig()):.0f} minutes on an idle 2-core machine" in out and "no-model" in err
 
 
 def test_ladder_table_has_a_column_per_rung():
@@ -129,8 +142,8 @@ def test_ladder_table_has_a_column_per_rung():
 
 def test_the_sft_then_mapgrpo_demo_on_a_tiny_model(tmp_path, tiny_model, smollm_tokenizer, monkeypatch):
     """`rolecall demo --optimizer sft,mapgrpo`: three evaluations, a three-column table, the SFT loss curve and the
-    MAPGRPO reward curves (the paper's Eq. 11 after SFT: no expert gradient). The training clock runs ~1000x slow
-    (10 minutes a reading, far past the former 7- and 8-minute budgets, which then trained none of these steps):
+    MAPGRPO reward curves (issue 55's recipe after SFT, here with analysis and rewrite stages too). The training clock
+    runs ~1000x slow (10 minutes a reading, far past the former 7- and 8-minute budgets, which then trained none of these steps):
     every rung still trains all its steps."""
     model_dir = tmp_path / "tiny"
     tiny_model.save_pretrained(model_dir)
