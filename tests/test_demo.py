@@ -143,8 +143,8 @@ def test_ladder_table_has_a_column_per_rung():
 def test_the_sft_then_mapgrpo_demo_on_a_tiny_model(tmp_path, tiny_model, smollm_tokenizer, monkeypatch):
     """`rolecall demo --optimizer sft,mapgrpo`: three evaluations, a three-column table, the SFT loss curve and the
     MAPGRPO reward curves (issue 55's recipe after SFT, here with analysis and rewrite stages too). The training clock
-    runs ~1000x slow (10 minutes a reading, far past the former 7- and 8-minute budgets, which then trained none of these steps):
-    every rung still trains all its steps."""
+    runs ~1000x slow (10 minutes a reading, far past the former 7- and 8-minute budgets, which then trained none of
+    these steps): every rung still trains all its steps."""
     model_dir = tmp_path / "tiny"
     tiny_model.save_pretrained(model_dir)
     smollm_tokenizer.save_pretrained(model_dir)
