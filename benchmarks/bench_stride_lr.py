@@ -59,14 +59,17 @@ def dpo_judgement(trainer: Any, pairs: list[Any], beta: float) -> dict[str, floa
     chosen = [replace(p, **plain) for p in pairs]
     rejected = [replace(p, completion_ids=p.rejected_ids, loss_mask=p.rejected_loss_mask,
                         ref_logps=p.rejected_ref_logps, **plain) for p in pairs]  # fmt: skip
+    # each side scored alone: a DPO trainer refuses a sample without its pair, so score through an NLL view of the
+    # same adapter (a second AdapterTrainer holds its own AdamW and changes no weight)
+    scorer = type(trainer)(trainer.backend, trainer.adapter, replace(trainer.config, loss="nll"))
     margins = []
-    scored = zip(chosen, rejected, trainer.policy_logps(chosen), trainer.policy_logps(rejected), strict=True)
+    scored = zip(chosen, rejected, scorer.policy_logps(chosen), scorer.policy_logps(rejected), strict=True)
     for c, r, lc, lr in scored:
         gain_c = sum(lc) - sum(c.ref_logps or [0.0] * len(lc))
         gain_r = sum(lr) - sum(r.ref_logps or [0.0] * len(lr))
         margins.append(beta * (gain_c - gain_r))
     n = max(1, len(margins))
-    return {"accuracy": sum(m > 0 for m in margins) / n, "margin": sum(margins) / n, "chosen_nll": nll(trainer, chosen)}
+    return {"accuracy": sum(m > 0 for m in margins) / n, "margin": sum(margins) / n, "chosen_nll": nll(scorer, chosen)}
 
 
 def main() -> None:
