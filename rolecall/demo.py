@@ -31,8 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 from rolecall.demo_steps import (
     DEMO_COLLECT_QUESTIONS,
-    DEMO_PLAN_LEARNING_RATE,
-    DEMO_PLAN_WEIGHTS,
     DEMO_RL_GROUP_SIZE,
     DEMO_RL_RECIPE,
     DEMO_RL_STEPS,
@@ -210,31 +208,22 @@ def demo_optimizer(name: str, config: DemoConfig, out: Path, *, warm: bool) -> W
             show_progress=config.show_progress,
         )
     from rolecall.optimizers import MAPGRPO, MAPGRPOConfig
-    from rolecall.optimizers.rewards.opera import PlanRewardWeights
+    from rolecall.tuning.config_file import apply_fields
 
     steps = config.planned_rl_steps
-    common: dict[str, Any] = {
-        "steps": steps,
-        "stages": tuple(s for s in RL_STAGES if s in steps),
-        "collect_questions": DEMO_COLLECT_QUESTIONS,
-        "stage_patience": 0,  # the demo's work is its fixed steps: no stage ends early (docs/demo.md's timings)
-        "output_dir": out / "mapgrpo",
-        "seed": config.seed,
-        "num_threads": config.threads,
-        "show_progress": config.show_progress,
-    }
-    if not warm:  # from the untrained roles: off-policy guidance on the demo prompts, every stage
-        return MAPGRPO(MAPGRPOConfig(group_size=config.group_size, expert_gradient=True, **common))
-    rates = {**MAPGRPOConfig().learning_rate, "plan": DEMO_PLAN_LEARNING_RATE}
-    return MAPGRPO(
-        MAPGRPOConfig(
-            group_size=config.group_size,
-            learning_rate=rates,
-            plan_weights=PlanRewardWeights(**DEMO_PLAN_WEIGHTS),
-            **DEMO_RL_RECIPE,  # type: ignore[arg-type]
-            **common,
-        )
+    rl = MAPGRPOConfig(
+        group_size=config.group_size,
+        steps=steps,
+        stages=tuple(s for s in RL_STAGES if s in steps),
+        collect_questions=DEMO_COLLECT_QUESTIONS,
+        stage_patience=0,  # the demo's work is its fixed steps: no stage ends early (docs/demo.md's timings)
+        expert_gradient=True,  # off-policy guidance, from the untrained roles as in the recipe
+        output_dir=out / "mapgrpo",
+        seed=config.seed,
+        num_threads=config.threads,
+        show_progress=config.show_progress,
     )
+    return MAPGRPO(apply_fields(rl, DEMO_RL_RECIPE) if warm else rl)
 
 
 def _summary_dict(result: Any) -> dict[str, Any]:

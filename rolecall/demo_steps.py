@@ -11,8 +11,6 @@ from rolecall.errors import ConfigError
 
 __all__ = [
     "DEMO_COLLECT_QUESTIONS",
-    "DEMO_PLAN_LEARNING_RATE",
-    "DEMO_PLAN_WEIGHTS",
     "DEMO_RL_GROUP_SIZE",
     "DEMO_RL_RECIPE",
     "DEMO_RL_STEPS",
@@ -50,18 +48,16 @@ DEMO_RL_RECIPE: dict[str, object] = {
     "lr_schedule": "linear",
     "num_iterations": 2,
     "inputs_per_step": 4,
+    "learning_rate": {"plan": 5e-4},
+    "plan_weights": {"logic": 0.6, "feasibility": 0.1, "execution": 0.0, "efficiency": 0.1, "placeholder": 0.2},
 }
-"""The MAPGRPO settings of the demo's rung on SFT's roles: issue 55's best row (docs/opera-mapgrpo.md, "Where issue
-55 ends"). The plan is judged against the gold decomposition instead of executed downstream (no 40-90 s of plan
-execution a step), c_best gets a gradient (off-policy guidance) and stays out of the group baseline, sampling at
-T = 0.8, a 2-step warm-up then linear decay, two PPO passes a step. Its plan weights and rate are
-:data:`DEMO_PLAN_WEIGHTS` and :data:`DEMO_PLAN_LEARNING_RATE`."""
-DEMO_PLAN_WEIGHTS: dict[str, float] = {
-    "logic": 0.6, "feasibility": 0.1, "execution": 0.0, "efficiency": 0.1, "placeholder": 0.2
-}  # fmt: skip
-"""The plan reward's weights in the demo's recipe: no execution term (plans are not executed), logic against gold."""
-DEMO_PLAN_LEARNING_RATE = 5e-4
-"""The plan adapter's AdamW rate in the recipe (the library default is 2e-4)."""
+"""The MAPGRPO fields of the demo's rung on SFT's roles, applied over ``MAPGRPOConfig`` as ``--rl-config`` applies
+them in the benchmarks (:func:`rolecall.tuning.config_file.apply_fields`: the plan's rate merges into the per-role
+rates, the weights into the plan reward's): issue 55's best row (docs/opera-mapgrpo.md, "Where issue 55 ends"). The
+plan is judged against the gold decomposition instead of executed downstream (no 40-90 s of plan execution a step;
+no execution term in its reward, logic against gold), c_best gets a gradient (off-policy guidance) and stays out of
+the group baseline, sampling at T = 0.8, a 2-step warm-up then linear decay, two PPO passes a step, the plan adapter
+at 5e-4 (the library default is 2e-4)."""
 DEMO_RL_GROUP_SIZE = 5
 """G of the demo's MAPGRPO (c_best and 4 samples), as the recipe was measured."""
 DEMO_COLLECT_QUESTIONS = 12
