@@ -210,11 +210,9 @@ def demo_optimizer(name: str, config: DemoConfig, out: Path, *, warm: bool) -> W
     from rolecall.optimizers import MAPGRPO, MAPGRPOConfig
     from rolecall.tuning.config_file import apply_fields
 
-    steps = config.planned_rl_steps
-    rl = MAPGRPOConfig(
+    rl = MAPGRPOConfig(  # its stages: the roles the steps name, in the paper's order (MAPGRPOConfig.stage_order)
         group_size=config.group_size,
-        steps=steps,
-        stages=tuple(s for s in RL_STAGES if s in steps),
+        steps=config.planned_rl_steps,
         collect_questions=DEMO_COLLECT_QUESTIONS,
         stage_patience=0,  # the demo's work is its fixed steps: no stage ends early (docs/demo.md's timings)
         expert_gradient=True,  # off-policy guidance, from the untrained roles as in the recipe

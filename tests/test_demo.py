@@ -86,7 +86,7 @@ def test_demo_optimizers_are_step_bounded_not_time_bounded(tmp_path):
     assert sft.sft_config.max_steps == DEMO_SFT_STEPS == {"plan": 112, "analysis": 75, "synthesis": 19, "rewrite": 3}
     assert sft.sft_config.time_budget_minutes is None and sft.config.time_budget_s is None
     rl = demo_optimizer("mapgrpo", config, tmp_path, warm=True)
-    assert rl.mapgrpo_config.steps == DEMO_RL_STEPS == {"plan": 8} and rl.mapgrpo_config.stages == ("plan",)
+    assert rl.mapgrpo_config.steps == DEMO_RL_STEPS == {"plan": 8} and rl.mapgrpo_config.stage_order(True) == ("plan",)
     assert rl.mapgrpo_config.time_budget_minutes is None and rl.config.time_budget_s is None
     # issue 55's recipe on SFT's roles: plans judged against gold, not executed; c_best guides, outside the baseline
     recipe = rl.mapgrpo_config
@@ -106,7 +106,7 @@ def test_demo_optimizers_are_step_bounded_not_time_bounded(tmp_path):
     assert demo_optimizer("mapgrpo", override, tmp_path, warm=True).mapgrpo_config.steps == {"plan": 4}
     # a stage the recipe does not train by default runs when named, after the plan stage
     more = demo_optimizer("mapgrpo", DemoConfig(rl_steps={"analysis": 2}), tmp_path, warm=True).mapgrpo_config
-    assert more.stages == ("plan", "analysis") and more.steps == {"plan": 8, "analysis": 2}
+    assert more.stage_order(True) == ("plan", "analysis") and more.steps == {"plan": 8, "analysis": 2}
 
 
 def test_the_time_estimate_is_the_step_costs_times_the_steps():
